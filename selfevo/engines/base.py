@@ -1,0 +1,34 @@
+"""The engine interface every rollout goes through, and helpers shared by the engines.
+
+An engine turns a list of :class:`~selfevo.types.Request` into a list of :class:`~selfevo.types.Completion` (same
+order), serving each request with its agent's current adapter. ``sync_adapter(agent, store)`` tells the engine that
+the agent's weights changed: the next ``generate`` must serve the new version, never a stale one.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from selfevo.registry import Registry
+from selfevo.types import Completion, Request
+
+ENGINES: Registry = Registry("engine")
+
+
+class Engine(Protocol):
+    def generate(self, requests: Sequence[Request]) -> list[Completion]: ...
+
+    def sync_adapter(self, agent: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def render_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:
+    """Chat messages → prompt token ids through the backbone's chat template (generation prompt appended)."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def truncate_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    """Cut ``text`` before the first stop string; says whether one was found."""
+    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)

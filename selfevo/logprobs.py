@@ -1,0 +1,46 @@
+"""Log-probabilities of chosen tokens without materialising a full-vocabulary fp32 log-softmax.
+
+The language-model head runs only on the positions that are scored (completion tokens), row chunk by row chunk;
+the log-sum-exp is taken in fp32 while the logits stay in the model dtype. For the backward pass only the softmax
+(model dtype) of the scored positions is kept, and the gradient goes to the hidden states alone (the head is frozen
+under LoRA): d logp / d logits = onehot(target) - softmax.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class _ChosenLogProb(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int):
+        out = torch.empty(hidden.shape[0], dtype=torch.float32)
+        probs = torch.empty(hidden.shape[0], weight.shape[0], dtype=hidden.dtype) if ctx.needs_input_grad[0] else None
+        for s in range(0, hidden.shape[0], chunk):
+            logits = hidden[s:s + chunk] @ weight.t()
+            lse = torch.logsumexp(logits.float(), dim=-1)
+            out[s:s + chunk] = logits.gather(-1, targets[s:s + chunk, None]).squeeze(-1).float() - lse
+            if probs is not None:
+                probs[s:s + chunk] = torch.exp(logits.float() - lse[:, None]).to(hidden.dtype)
+        ctx.save_for_backward(probs, weight, targets)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        probs, weight, targets = ctx.saved_tensors
+        g = grad_out.to(probs.dtype)
+        grad_logits = probs.mul_(-g[:, None])
+        grad_logits[torch.arange(len(targets)), targets] += g
+        return grad_logits @ weight, None, None, None
+
+
+def chosen_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int = 1024):
+    """log softmax(hidden @ weight.T)[target] for each row of ``hidden`` [N, H]; fp32 result [N]."""
+    if weight.requires_grad:
+        raise ValueError("chosen_logprobs assumes a frozen output head (LoRA does not train lm_head)")
+    return _ChosenLogProb.apply(hidden, weight, targets, chunk)
+
+
+def reference_chosen_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The plain formula (full fp32 log-softmax); used by tests and by the naive benchmark baseline."""
+    logp = torch.log_softmax((hidden @ weight.t()).float(), dim=-1)
+    return logp.gather(-1, targets[:, None]).squeeze(-1)

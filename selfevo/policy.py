@@ -1,0 +1,225 @@
+"""PolicyStore: one model per backbone, one LoRA adapter (and optimizer) per agent, the reference policy for free.
+
+- Agents on the same backbone share its frozen weights; each agent owns a PEFT LoRA adapter named after it.
+- The reference policy is the same backbone with the adapter disabled: no second copy of the model.
+- ``token_logprobs`` scores completions in micro-batches; ``step`` runs a gradient update of one agent only.
+- Adapters save in PEFT format (``PeftModel.from_pretrained`` loads them) and load back.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from selfevo import models
+from selfevo.logprobs import chosen_logprobs
+from selfevo.types import Request
+
+
+@dataclass
+class LoraSettings:
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: str | list[str] = "all-linear"
+
+
+@dataclass
+class Backbone:
+    name: str
+    tokenizer: object
+    model: object  # PeftModel once an agent exists, else the bare causal LM
+    agents: list[str] = field(default_factory=list)
+
+    @property
+    def is_peft(self) -> bool:
+        return bool(self.agents)
+
+    @property
+    def causal_lm(self):
+        """The transformers causal LM (with LoRA layers injected, if any)."""
+        return self.model.get_base_model() if self.is_peft else self.model
+
+
+@dataclass
+class SeqBatch:
+    """Right-padded sequences: ``loss_mask`` is 1 on the completion tokens that are scored."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+
+    @staticmethod
+    def build(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int) -> "SeqBatch":
+        width = max(len(p) + len(c) for p, c in zip(prompts, completions))
+        ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        loss = torch.zeros(len(prompts), width)
+        for i, (p, c) in enumerate(zip(prompts, completions)):
+            n = len(p) + len(c)
+            ids[i, :n] = torch.tensor(list(p) + list(c), dtype=torch.long)
+            attn[i, :n] = 1
+            loss[i, len(p):n] = 1.0
+        return SeqBatch(ids, attn, loss)
+
+    def rows(self, idx: Sequence[int]) -> "SeqBatch":
+        sel = torch.as_tensor(list(idx), dtype=torch.long)
+        width = int(self.attention_mask[sel].sum(-1).max())
+        return SeqBatch(self.input_ids[sel, :width], self.attention_mask[sel, :width], self.loss_mask[sel, :width])
+
+
+class PolicyStore:
+    def __init__(self, dtype: str = "bfloat16", lora: LoraSettings | None = None, lr: float = 1e-5,
+                 weight_decay: float = 0.0, max_grad_norm: float = 1.0, micro_batch: int = 8):
+        self.dtype = dtype
+        self.lora = lora or LoraSettings()
+        self.lr, self.weight_decay, self.max_grad_norm = lr, weight_decay, max_grad_norm
+        self.micro_batch = micro_batch
+        self.backbones: dict[str, Backbone] = {}
+        self.agent_backbone: dict[str, str] = {}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.versions: dict[str, int] = {}
+
+    # ---- set-up -----------------------------------------------------------------------------------------------
+    def backbone(self, name: str) -> Backbone:
+        if name not in self.backbones:
+            tok = models.load_tokenizer(name)
+            self.backbones[name] = Backbone(name, tok, models.load_model(name, self.dtype))
+        return self.backbones[name]
+
+    def add_agent(self, agent: str, backbone: str = models.DEFAULT_MODEL, lora: LoraSettings | None = None) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        if agent in self.agent_backbone:
+            raise ValueError(f"agent '{agent}' exists already")
+        bb, spec = self.backbone(backbone), lora or self.lora
+        cfg = LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
+                         target_modules=spec.target_modules, task_type="CAUSAL_LM")
+        if bb.is_peft:
+            bb.model.add_adapter(agent, cfg)
+        else:
+            bb.model = get_peft_model(bb.model, cfg, adapter_name=agent)
+        bb.agents.append(agent)
+        self.agent_backbone[agent] = backbone
+        self.versions[agent] = 0
+
+    def backbone_for(self, request: Request) -> str:
+        """Which backbone serves a request: its agent's, else the named one, else the only one."""
+        if request.agent is not None:
+            if request.agent not in self.agent_backbone:
+                raise KeyError(f"unknown agent '{request.agent}'; known: {', '.join(self.agent_backbone)}")
+            return self.agent_backbone[request.agent]
+        if request.backbone is not None:
+            return request.backbone
+        if len(self.backbones) != 1:
+            raise ValueError("a request without agent must name its backbone when several are loaded")
+        return next(iter(self.backbones))
+
+    def agents(self) -> list[str]:
+        return list(self.agent_backbone)
+
+    def adapter_params(self, agent: str) -> list[torch.nn.Parameter]:
+        model = self.backbones[self.agent_backbone[agent]].model
+        return [p for n, p in model.named_parameters() if f".{agent}." in n and "lora_" in n]
+
+    # ---- scoring ----------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _policy(self, agent: str | None, backbone: str) -> Iterator:
+        """Activate ``agent``'s adapter (only its parameters get gradients) or, for None, the bare backbone."""
+        bb = self.backbones[backbone]
+        if agent is None:
+            with (bb.model.disable_adapter() if bb.is_peft else contextlib.nullcontext()):
+                yield bb
+            return
+        bb.model.set_adapter(agent)
+        yield bb
+
+    def token_logprobs(self, agent: str | None, batch: SeqBatch, backbone: str | None = None) -> torch.Tensor:
+        """[B, T] log π(token_t | tokens_<t) at ``loss_mask`` positions, 0 elsewhere. Grad flows if enabled.
+
+        ``agent=None`` scores the reference policy (adapter disabled) on ``backbone`` (default: the only one).
+        """
+        name = self.agent_backbone[agent] if agent is not None else (backbone or next(iter(self.backbones)))
+        with self._policy(agent, name) as bb:
+            lm = bb.causal_lm
+            hidden = lm.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+            scored = batch.loss_mask[:, 1:] > 0
+            logp = chosen_logprobs(hidden[:, :-1][scored], lm.get_output_embeddings().weight,
+                                   batch.input_ids[:, 1:][scored])
+        full = torch.zeros(scored.shape, dtype=torch.float32).masked_scatter(scored, logp)  # differentiable
+        return torch.cat([torch.zeros(batch.input_ids.shape[0], 1), full], dim=1)
+
+    def micro_batches(self, batch: SeqBatch) -> list[SeqBatch]:
+        """Rows sorted by length, cut into micro-batches of ``micro_batch`` rows, each trimmed to its width."""
+        order = torch.argsort(batch.attention_mask.sum(-1), descending=True).tolist()
+        return [batch.rows(order[i:i + self.micro_batch]) for i in range(0, len(order), self.micro_batch)]
+
+    # ---- updates ----------------------------------------------------------------------------------------------
+    def optimizer(self, agent: str) -> torch.optim.Optimizer:
+        if agent not in self.optimizers:
+            self.optimizers[agent] = torch.optim.AdamW(self.adapter_params(agent), lr=self.lr,
+                                                       weight_decay=self.weight_decay)
+        return self.optimizers[agent]
+
+    def step(self, agent: str, batch: SeqBatch, loss_fn: Callable[[torch.Tensor, SeqBatch], torch.Tensor]) -> dict:
+        """One optimizer step of ``agent`` over ``batch`` in micro-batches.
+
+        ``loss_fn(logp [b, T], micro_batch) -> scalar`` must already be normalised for the whole step (e.g. a token
+        mean with the step's total token count as normaliser), so that the gradients simply add up.
+        """
+        bb = self.backbones[self.agent_backbone[agent]]
+        bb.model.train()
+        opt = self.optimizer(agent)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for mb in self.micro_batches(batch):
+            loss = loss_fn(self.token_logprobs(agent, mb), mb)
+            loss.backward()
+            total += float(loss.detach())
+        params = self.adapter_params(agent)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
+        if math.isfinite(grad_norm):
+            opt.step()
+            self.versions[agent] += 1
+        opt.zero_grad(set_to_none=True)
+        bb.model.eval()
+        return {"loss": total, "grad_norm": grad_norm, "skipped": not math.isfinite(grad_norm)}
+
+    # ---- persistence ------------------------------------------------------------------------------------------
+    def save_adapter(self, agent: str, path: str | Path, zero: bool = False) -> Path:
+        """Write ``agent``'s adapter as a standalone PEFT folder (``adapter_config.json`` + safetensors).
+
+        ``zero=True`` writes an adapter of the same shape with all weights 0: the bare backbone, as a LoRA.
+        """
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        model = self.backbones[self.agent_backbone[agent]].model
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        cfg = model.peft_config[agent]
+        cfg.save_pretrained(str(path))
+        state = get_peft_model_state_dict(model, adapter_name=agent)
+        tensors = {k: (torch.zeros_like(v) if zero else v.detach()).contiguous() for k, v in state.items()}
+        save_file(tensors, str(path / "adapter_model.safetensors"))
+        return path
+
+    def load_adapter(self, agent: str, path: str | Path) -> None:
+        """Replace ``agent``'s adapter weights by those saved at ``path``; one-line error if they don't fit."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        file = Path(path) / "adapter_model.safetensors"
+        if not file.exists():
+            raise FileNotFoundError(f"no adapter_model.safetensors in '{path}'")
+        model = self.backbones[self.agent_backbone[agent]].model
+        result = set_peft_model_state_dict(model, load_file(str(file)), adapter_name=agent)
+        missing = [k for k in result.missing_keys if f".{agent}." in k and "lora_" in k]
+        if missing or result.unexpected_keys:
+            raise ValueError(f"adapter at '{path}' does not fit agent '{agent}': "
+                             f"{len(missing)} missing, {len(result.unexpected_keys)} unexpected tensors")
+        self.versions[agent] += 1

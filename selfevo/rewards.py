@@ -1,0 +1,177 @@
+"""Reward formulas of CoMAS and SAGE as pure functions over python numbers and strings.
+
+* CoMAS (arXiv 2510.08529, ``/work/shared/papers/001_*``) Sec. 3.2: Eq. 6 (Extract), Eq. 7 (solver/evaluator
+  zero-sum rewards), Eq. 8 (scorer format penalty).
+* SAGE (arXiv 2603.15255, ``/work/shared/papers/003_*``) Sec. 4 and Algorithm 1: Eq. 2 (Norm), Eq. 4-6
+  (Challenger), Eq. 7-8 (Planner), Eq. 9-11 (Solver), Eq. 13 (Critic).
+
+Discrepancies found in the SAGE paper and how they are resolved here:
+
+1. Challenger fallback condition. The text (before Eq. 6) says the difficulty term is dropped "for s_q < alpha";
+   Algorithm 1 (lines 10-13) uses Eq. 5 only if ``s_q >= alpha and v valid`` and Eq. 6 otherwise. Algorithm 1 is
+   followed (it is the stricter, more specific statement, and DESIGN.md Sec. 4 agrees): a good question with an
+   invalid verifier gets Eq. 6.
+2. Norm (Eq. 2) maps ``s = 1`` by its first branch to 1.0, although on the 1-10 scale 1 is the *worst* score
+   (``(1 - 1)/9 = 0``). The faithful mapping is the default; ``sage_norm(..., one_is_min=True)`` gives 0.
+3. Solver: a plan gated out (s_p < beta) contributes ``s~_p = 0`` with the same weights (0.2, 0.6, 0.2), so such a
+   Solver sample can reach at most 0.8, whereas with the planner disabled the paper falls back to
+   ``0.5 s_gt + 0.5 r_f``. Both are implemented as written.
+4. Sec. 4.6 says the Solver is optimised "using the verifier-based reward in Eq. 10"; the formula is Eq. 11
+   (Eq. 10 defines s~_p).
+5. The Critic reward Eq. 13 is called "optional" in Sec. 4.5 but is always computed in Algorithm 1 (line 26).
+6. The format reward r_f is described only qualitatively (Sec. 4.1: soft score in [0, 1], missing tags low,
+   redundant tags partial credit, empty output 0.5); :func:`soft_format_reward` is this toolkit's concrete choice.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Iterable, Mapping
+
+__all__ = [
+    "parse_score", "comas_rewards",
+    "sage_norm", "soft_format_reward", "sage_difficulty", "sage_challenger_reward", "sage_plan_gate",
+    "sage_planner_reward", "sage_solver_reward", "sage_critic_reward",
+]
+
+# --------------------------------------------------------------------------------------------------------------
+# CoMAS
+# --------------------------------------------------------------------------------------------------------------
+
+# a <score> opener, then the shortest body that contains no further opener, then the closer
+_SCORE_TAG = re.compile(r"<score>((?:(?!<score>).)*?)</score>", re.DOTALL)
+
+
+def parse_score(text: str | None) -> int | None:
+    """CoMAS Eq. 6 ``Extract``, strict: the content of the LAST ``<score>...</score>`` tag, if it is 1, 2 or 3.
+
+    Surrounding whitespace inside the tag is allowed (``<score> 2 </score>``); anything else (no tag, an
+    unclosed tag, ``3.0``, ``4``, ``two``, or a last tag that is not a valid score, e.g. the echoed instruction
+    ``"<score>" and "</score>"``) gives None. A repeated opener binds to the nearest closer
+    (``<score><score>3</score>`` -> 3). Tag names are case-sensitive, as written in the prompt. There is no
+    fallback to stray digits (the public fork's fallback makes the Eq. 8 penalty unreachable).
+    """
+    if not text:
+        return None
+    tags = _SCORE_TAG.findall(text)
+    if not tags:
+        return None
+    body = tags[-1].strip()
+    return int(body) if body in ("1", "2", "3") else None
+
+
+def comas_rewards(score: int | None, on_parse_failure: str = "mask") -> dict[str, float | None]:
+    """Rewards of one (solution, evaluation, scoring) triple: CoMAS Eq. 7-8.
+
+    ``solver = (tau - 1)/2``, ``evaluator = 1 - solver = (3 - tau)/2``, ``scorer = 0`` if tau was extracted,
+    else ``-1``. On a parse failure (``score`` None) the solver/evaluator rewards are None (``"mask"``: drop those
+    samples from training, the cleaner default) or 0.0 (``"zero"``: the released code's behaviour).
+    """
+    if on_parse_failure not in ("mask", "zero"):
+        raise ValueError(f"on_parse_failure must be 'mask' or 'zero', got {on_parse_failure!r}")
+    if score is None:
+        other = None if on_parse_failure == "mask" else 0.0
+        return {"solver": other, "evaluator": other, "scorer": -1.0}
+    if score not in (1, 2, 3):
+        raise ValueError(f"CoMAS scores are 1, 2 or 3, got {score!r}")
+    solver = (score - 1) / 2
+    return {"solver": solver, "evaluator": 1.0 - solver, "scorer": 0.0}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# SAGE
+# --------------------------------------------------------------------------------------------------------------
+
+def sage_norm(s: float | int | None, one_is_min: bool = False) -> float:
+    """SAGE Eq. 2: ``s`` if 0 <= s <= 1; ``(s - 1)/9`` if 1 < s <= 10; 0.5 otherwise (incl. None, NaN, inf).
+
+    ``one_is_min=True`` treats exactly 1 as the bottom of the 1-10 scale (0.0) instead of Eq. 2's 1.0.
+    """
+    if s is None or isinstance(s, bool):
+        return 0.5
+    s = float(s)
+    if math.isnan(s):
+        return 0.5
+    if one_is_min and s == 1.0:
+        return 0.0
+    if 0.0 <= s <= 1.0:
+        return s
+    if 1.0 < s <= 10.0:
+        return (s - 1.0) / 9.0
+    return 0.5
+
+
+def soft_format_reward(text: str | None, tags: Mapping[str, int]) -> float:
+    """Soft format reward r_f in [0, 1] (SAGE Sec. 4.1); the exact scoring is this toolkit's choice.
+
+    ``tags`` maps a tag name to its required count of ``<tag>...</tag>`` pairs, e.g. ``{"plan": 1}``.
+    Per tag: 1.0 if the opening and closing counts both equal the required count; 0.5 if they are balanced but
+    more than required (redundant tags: partial credit); 0.0 otherwise (missing, unbalanced, too few).
+    r_f is the mean over tags; an empty (or whitespace-only) output gets the neutral 0.5.
+    """
+    if text is None or not text.strip():
+        return 0.5
+    if not tags:
+        return 1.0
+    parts = []
+    for tag, want in tags.items():
+        n_open, n_close = text.count(f"<{tag}>"), text.count(f"</{tag}>")
+        if n_open == n_close == want:
+            parts.append(1.0)
+        elif n_open == n_close > want:
+            parts.append(0.5)
+        else:
+            parts.append(0.0)
+    return sum(parts) / len(parts)
+
+
+def sage_difficulty(verdicts: Iterable[float]) -> float:
+    """SAGE Eq. 4: ``r_d = 1 - mean_j V_gt(q, a_j, v)`` over the N_s >= 1 verified Solver samples."""
+    v = [float(x) for x in verdicts]
+    if not v:
+        raise ValueError("sage_difficulty needs at least one verified solver sample (N_s >= 1)")
+    return 1.0 - sum(v) / len(v)
+
+
+def sage_challenger_reward(s_q: float, r_d: float, r_f: float, verifier_valid: bool,
+                           alpha: float = 0.7) -> float:
+    """SAGE Eq. 5-6 with Algorithm 1 lines 10-13 (see the module note 1).
+
+    ``s_q`` = Norm(Critic score of the question), ``r_d`` from :func:`sage_difficulty`, ``r_f`` the Challenger's
+    format reward. If ``s_q >= alpha`` and the verifier is valid: ``(s_q + r_d + r_f)/3`` (the candidate also
+    enters the pool); otherwise ``(s_q + r_f)/2`` (difficulty suppressed).
+    """
+    if s_q >= alpha and verifier_valid:
+        return (s_q + r_d + r_f) / 3.0
+    return (s_q + r_f) / 2.0
+
+
+def sage_plan_gate(s_p: float, beta: float = 0.3) -> bool:
+    """SAGE Eq. 9: the Solver sees the plan iff ``s_p >= beta`` (beta = 0.3 in the paper)."""
+    return s_p >= beta
+
+
+def sage_planner_reward(s_p: float, r_f: float, lambda_plan: float = 0.5, lambda_f: float = 0.5) -> float:
+    """SAGE Eq. 8: ``r_p = lambda_plan * s_p + lambda_f * r_f`` (0.5 / 0.5 by default)."""
+    return lambda_plan * s_p + lambda_f * r_f
+
+
+def sage_solver_reward(s_gt: float, r_f: float, s_p: float | None = None, beta: float = 0.3,
+                       weights: tuple[float, float, float] = (0.2, 0.6, 0.2),
+                       no_plan_weights: tuple[float, float] = (0.5, 0.5)) -> float:
+    """SAGE Eq. 10-11: ``r_s = w_p * s~_p + w_c * s_gt + w_f * r_f`` with ``s~_p = s_p if s_p >= beta else 0``.
+
+    ``weights = (w_p, w_c, w_f)`` = (0.2, 0.6, 0.2). ``s_p=None`` means no plan score (planner disabled): the
+    paper's fallback ``0.5 * s_gt + 0.5 * r_f`` (``no_plan_weights``). ``s_gt`` always comes from the verifier.
+    """
+    if s_p is None:
+        w_c, w_f = no_plan_weights
+        return w_c * s_gt + w_f * r_f
+    w_p, w_c, w_f = weights
+    s_tilde = s_p if sage_plan_gate(s_p, beta) else 0.0
+    return w_p * s_tilde + w_c * s_gt + w_f * r_f
+
+
+def sage_critic_reward(r_f: float) -> float:
+    """SAGE Eq. 13: the Critic is rewarded for format only, ``r_cr = r_f(o_cr)``."""
+    return float(r_f)
