@@ -187,9 +187,15 @@ def load_tokenizer(name: str):
     return tok
 
 
-def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu"):
+def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu", attn_implementation: str = "selfevo_gqa"):
+    """A causal LM in eval mode; attention defaults to selfevo's grouped-query kernel (see selfevo.attention)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(resolve(name), dtype=getattr(torch, dtype))
+    from selfevo import attention
+
+    if attn_implementation == attention.NAME:
+        attention.register()
+    model = AutoModelForCausalLM.from_pretrained(resolve(name), dtype=getattr(torch, dtype),
+                                                 attn_implementation=attn_implementation)
     return model.to(device).eval()

@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 import torch
 
 from selfevo.engines.base import ENGINES, render_prompt, truncate_at_stop
+from selfevo.engines.kvcache import growing_cache
 from selfevo.engines.multilora import MultiLoRA
 from selfevo.types import Completion, Request
 
@@ -161,9 +162,7 @@ class HFEngine:
 
     @staticmethod
     def _forward(net, ids, attn, pos, cache):
-        from transformers import DynamicCache
-
-        cache = cache if cache is not None else DynamicCache()
+        cache = cache if cache is not None else growing_cache(net.config)
         out = net(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True,
                   logits_to_keep=1)
         return out.logits[:, -1, :], out.past_key_values

@@ -1,0 +1,50 @@
+"""A grouped-query attention for transformers models that is fast on CPUs at small query lengths.
+
+PyTorch's CPU flash-attention kernel costs ~2.7 ms per call for one decode token at batch 32 (SmolLM2 shapes),
+and transformers' fallback copies K/V once per query-head group (``repeat_kv``). This function folds the query
+groups into the query length instead: ``q [B, kvH, G*q, D] @ k^T [B, kvH, D, T]`` — two batched matmuls and a
+softmax, no K/V copies (~0.25 ms for the same call). It is registered with transformers under the name
+``"selfevo_gqa"`` (with sdpa's boolean masks, causal skip disabled, so sliding windows and padding come in the mask).
+"""
+from __future__ import annotations
+
+import torch
+
+NAME = "selfevo_gqa"
+
+
+def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """query [B, H, q, D], key/value [B, kvH, T, D], mask bool [B, 1, q, T] (True = attend) or None."""
+    b, h, q, d = query.shape
+    kvh, t = key.shape[1], key.shape[2]
+    g = h // kvh
+    scale = scaling if scaling is not None else d ** -0.5
+    scores = torch.matmul(query.reshape(b, kvh, g * q, d), key.transpose(-1, -2)).view(b, kvh, g, q, t)
+    scores = scores.float() * scale
+    softcap = kwargs.get("softcap")
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    if attention_mask is not None:
+        scores = scores.masked_fill(~attention_mask.unsqueeze(1), float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num_(0.0).to(value.dtype)  # a fully masked (padding) row → 0
+    if dropout and module.training:
+        probs = torch.nn.functional.dropout(probs, p=dropout)
+    out = torch.matmul(probs.view(b, kvh, g * q, t), value).view(b, h, q, d)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _mask(*args, **kwargs):
+    from transformers.masking_utils import sdpa_mask
+
+    kwargs["allow_is_causal_skip"] = False
+    return sdpa_mask(*args, **kwargs)
+
+
+def register() -> str:
+    """Make ``attn_implementation="selfevo_gqa"`` known to transformers (idempotent); returns the name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(NAME, gqa_attention)
+    AttentionMaskInterface.register(NAME, _mask)
+    return NAME

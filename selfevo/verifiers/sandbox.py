@@ -1,0 +1,1196 @@
+"""Run untrusted Python in a contained child process and get back per-test results the code cannot forge.
+
+Parent side: :func:`run_program` takes the candidate program and a list of *steps* (made with :func:`exec_step`,
+:func:`pytest_step`, :func:`call_step`, :func:`io_step`) and returns a :class:`SandboxResult`. The child is this
+same file run as a script (``python -I -B sandbox.py``); it only imports the standard library, so it runs the
+same way whether ``selfevo`` is importable there or not.
+
+Containment, outermost first (each layer is tested on its own in ``tests/test_sandbox_hostile.py``):
+
+1. Process: a new session (``start_new_session``) whose whole process group is SIGKILLed when the job ends or its
+   wall-clock deadline passes; rlimits on CPU time, address space (RLIMIT_AS), file size, open files and core
+   dumps; an empty environment (minimal ``PATH``, ``HOME``/``TMPDIR`` = the work dir, single-threaded BLAS);
+   ``-I`` so no ``PYTHON*`` variable, user site or script directory applies; a fresh work directory as cwd,
+   removed afterwards.
+2. Jail (only when the parent runs as root and the kernel allows it): new mount and network namespaces; every
+   mount is remounted read-only except the work dir; directories on the interpreter's paths that others cannot
+   traverse (e.g. ``/root``) are covered by a tmpfs exposing only the needed entry; then the child drops to a
+   fresh uid/gid used by no one else, so RLIMIT_NPROC is enforced, it cannot signal the parent, and every
+   process it leaves behind is found by uid and killed. Non-root parents get a user+network namespace when the
+   kernel allows it and RLIMIT_NPROC = 0 (no threads, no processes).
+3. Guard (in-process, on by default): process creation, ``os.kill``, sockets, ``ctypes``, and writes outside the
+   work dir raise ``PermissionError`` with a clear message. It gives readable failures; layers 1-2 hold even if
+   code gets around it.
+
+Result channel: the parent sends a random nonce through stdin (read and closed before the candidate runs); the
+harness writes one JSON record per step, tagged with the nonce, to a pipe fd, then a final ``done`` record with
+the step count. No ``done`` record (``sys.exit``/``os._exit`` at load time is caught, but ``os._exit``, a kill, a
+crash or a timeout leave none) means score 0. Limitation: code in the same process could in principle read the
+nonce from memory; the channel defeats early exits, printed fake results and exit codes, not a determined
+in-process attacker, whose reach is still bounded by layers 1-2.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import resource
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+HARNESS_PATH = os.path.abspath(__file__)
+_RESULT_CAP_BYTES = 8 << 20  # the parent stops reading results beyond this
+_LOG_TAIL_BYTES = 2000
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Parent side: configuration and results
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one sandboxed job (one program, all its steps)."""
+
+    wall_s: float = 30.0  # whole job, wall clock
+    cpu_s: float = 30.0  # whole job, CPU seconds (RLIMIT_CPU)
+    unit_s: float = 5.0  # default time limit of one step
+    load_s: float = 10.0  # executing the candidate module once
+    memory_mb: int = 2048  # RLIMIT_AS
+    output_bytes: int = 1 << 20  # captured stdout+stderr of one step
+    file_bytes: int = 16 << 20  # RLIMIT_FSIZE: any file the child writes, including its raw stdout/stderr
+    open_files: int = 256  # RLIMIT_NOFILE
+    threads: int = 8  # tasks the child may run at once (threads included) under a dedicated uid
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What the harness reported for one step."""
+
+    index: int
+    label: str
+    unit: bool
+    passed: bool
+    ms: float
+    error: str
+
+
+@dataclass
+class SandboxResult:
+    """Everything the parent learned from one job."""
+
+    completed: bool  # a valid ``done`` record arrived
+    status: str  # completed | timeout | exited | killed | channel-closed | result-flood | spawn-failed
+    detail: str  # one line: why the job ended the way it did
+    steps: list[StepOutcome] = field(default_factory=list)
+    load_error: str = ""
+    n_units: int = 0
+    wall_ms: float = 0.0
+    isolation: dict[str, Any] = field(default_factory=dict)
+    log_tail: str = ""
+
+    @property
+    def units(self) -> list[StepOutcome]:
+        return [s for s in self.steps if s.unit]
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for s in self.units if s.passed)
+
+    @property
+    def score(self) -> float:
+        """Fraction of unit steps passed; 0 unless the harness completed."""
+        if not self.completed or self.n_units == 0:
+            return 0.0
+        return self.passed / self.n_units
+
+    @property
+    def exec_ms(self) -> float:
+        """Time the harness spent inside steps (the rest of ``wall_ms`` is sandbox overhead plus loading)."""
+        return sum(s.ms for s in self.steps)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Step constructors (the protocol between parent and harness)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def exec_step(code: str, unit: bool = True, label: str = "", timeout: float | None = None) -> dict:
+    """Execute ``code`` in the test namespace; as a unit it passes when nothing is raised."""
+    return {"kind": "exec", "code": code, "unit": unit, "label": label or (code.strip().splitlines() or [""])[0][:80],
+            "timeout": timeout}
+
+
+def pytest_step(name: str, timeout: float | None = None) -> dict:
+    """Call the test function ``name`` (or ``Class.method``), expanding ``pytest.mark.parametrize``."""
+    return {"kind": "pytest", "name": name, "unit": True, "label": name, "timeout": timeout}
+
+
+def call_step(target: str, args: list, expected: Any, compare: dict, label: str = "",
+              timeout: float | None = None) -> dict:
+    """Evaluate ``target`` (an expression, e.g. ``f`` or ``Solution().f``), call it with ``args``, compare.
+
+    ``compare`` is ``{"kind": "json"}`` (tuples become lists, then ``==``) or ``{"kind": "evalplus", "mode":
+    "exact"|"set"|"not_none"|"always"|"poly"|"alt"|"alt_close", "atol": float, "alt": value}``.
+    """
+    return {"kind": "call", "target": target, "args": args, "expected": expected, "compare": compare,
+            "unit": True, "label": label or target, "timeout": timeout}
+
+
+def io_step(stdin: str, expected_stdout: str, label: str = "", timeout: float | None = None) -> dict:
+    """Run the program as ``__main__`` with ``stdin``; pass when its stdout matches (whitespace-tolerant)."""
+    return {"kind": "io", "input": stdin, "output": expected_stdout, "unit": True, "label": label or "stdin case",
+            "timeout": timeout}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Parent side: running a job
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def run_program(program: str, steps: list[dict], limits: Limits = Limits(), *, prefix: str = "",
+                guard: bool = True, jail: bool = True, python: str | None = None) -> SandboxResult:
+    """Run ``program`` (after ``prefix``, e.g. a HumanEval prompt) and ``steps`` in a fresh contained child."""
+    nonce = secrets.token_hex(16)
+    uid = _pick_uid() if (jail and os.geteuid() == 0) else None
+    workdir = _make_workdir(uid)
+    stash = tempfile.mkdtemp(prefix="selfevo-stash-")
+    config = {"nonce": nonce, "workdir": workdir, "stash": stash, "uid": uid, "jail": jail, "guard": guard,
+              "limits": limits.__dict__, "program": program, "prefix": prefix, "steps": steps}
+    start = time.monotonic()
+    try:
+        result = _spawn_and_collect(config, limits, python or sys.executable)
+    finally:
+        _remove_tree(workdir)
+        _remove_tree(stash)
+    result.wall_ms = (time.monotonic() - start) * 1000.0
+    result.n_units = sum(1 for s in steps if s.get("unit"))
+    return result
+
+
+def _spawn_and_collect(config: dict, limits: Limits, python: str) -> SandboxResult:
+    """Start the harness, feed it the config, collect its records, then kill everything it left."""
+    read_fd, write_fd = os.pipe()
+    config["result_fd"] = write_fd
+    payload = pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
+    log = tempfile.TemporaryFile()
+    try:
+        proc = subprocess.Popen([python, "-I", "-B", HARNESS_PATH], stdin=subprocess.PIPE, stdout=log, stderr=log,
+                                pass_fds=(write_fd,), env=_child_env(config["workdir"]), cwd=config["workdir"],
+                                start_new_session=True)
+    except OSError as exc:
+        os.close(read_fd)
+        log.close()
+        return SandboxResult(False, "spawn-failed", f"could not start the sandbox: {exc}")
+    finally:
+        os.close(write_fd)
+    try:
+        raw, status = _pump(proc, read_fd, payload, time.monotonic() + limits.wall_s)
+    finally:
+        _kill_all(proc, config["uid"])
+        os.close(read_fd)
+    result = _parse_records(raw, config["nonce"], config["steps"])
+    result.log_tail = _read_tail(log)
+    log.close()
+    _finish_status(result, status, proc.returncode, limits)
+    return result
+
+
+def _pump(proc: subprocess.Popen, read_fd: int, payload: bytes, deadline: float) -> tuple[bytes, str]:
+    """Write the config to the child's stdin and read its result pipe until EOF, exit or the deadline."""
+    sel = selectors.DefaultSelector()
+    stdin_fd = proc.stdin.fileno()
+    os.set_blocking(stdin_fd, False)
+    sel.register(stdin_fd, selectors.EVENT_WRITE)
+    sel.register(read_fd, selectors.EVENT_READ)
+    pending, buf, status = memoryview(payload), bytearray(), ""
+    try:
+        while not status:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return bytes(buf), "timeout"
+            for key, _ in sel.select(timeout=min(remaining, 0.1)):
+                if key.fd == stdin_fd:
+                    pending = _feed(sel, proc, pending)
+                else:
+                    status = _drain(read_fd, buf, sel)
+            if not status and proc.poll() is not None:
+                status = _drain_rest(read_fd, buf)
+    finally:
+        sel.close()
+        _close_stdin(proc)
+    return bytes(buf), status
+
+
+def _feed(sel: selectors.BaseSelector, proc: subprocess.Popen, pending: memoryview) -> memoryview:
+    """Write the next chunk of the config; close stdin once all of it is written (or the child is gone)."""
+    try:
+        pending = pending[os.write(proc.stdin.fileno(), pending[:65536]):]
+    except (BrokenPipeError, BlockingIOError, OSError):
+        pending = pending[len(pending):]
+    if not pending:
+        sel.unregister(proc.stdin.fileno())
+        _close_stdin(proc)
+    return pending
+
+
+def _drain(read_fd: int, buf: bytearray, sel: selectors.BaseSelector) -> str:
+    """Read what is available; return "eof", "result-flood" or "" (keep going)."""
+    data = os.read(read_fd, 1 << 16)
+    if not data:
+        sel.unregister(read_fd)
+        return "eof"
+    buf.extend(data)
+    return "result-flood" if len(buf) > _RESULT_CAP_BYTES else ""
+
+
+def _drain_rest(read_fd: int, buf: bytearray) -> str:
+    """After the child exited, take whatever is still buffered without blocking on leftover writers."""
+    os.set_blocking(read_fd, False)
+    try:
+        while len(buf) <= _RESULT_CAP_BYTES:
+            data = os.read(read_fd, 1 << 16)
+            if not data:
+                break
+            buf.extend(data)
+    except BlockingIOError:
+        pass
+    return "exited"
+
+
+def _close_stdin(proc: subprocess.Popen) -> None:
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+
+
+def _kill_all(proc: subprocess.Popen, uid: int | None) -> None:
+    """SIGKILL the child's process group, reap the child, then kill every live process of the dedicated uid."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if uid is not None:
+        _kill_uid(uid)
+
+
+def _kill_uid(uid: int, rounds: int = 100) -> None:
+    """Kill every live (non-zombie) process whose real or effective uid is ``uid`` until none is left."""
+    for _ in range(rounds):
+        pids = _pids_of_uid(uid)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.005)
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    """Live processes (from /proc, zombies excluded) whose real or effective uid is ``uid``."""
+    found, wanted = [], str(uid).encode()
+    for name in os.listdir("/proc"):
+        if name.isdigit() and _proc_matches(name, wanted):
+            found.append(int(name))
+    return found
+
+
+def _proc_matches(pid: str, wanted_uid: bytes) -> bool:
+    """Whether /proc/<pid> is a live process with real or effective uid ``wanted_uid``."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            fields = dict(line.split(b":", 1) for line in fh if b":" in line)
+    except OSError:
+        return False
+    state = fields.get(b"State", b"").split()
+    if not state or state[0] in (b"Z", b"X"):
+        return False
+    return wanted_uid in fields.get(b"Uid", b"").split()[:2]
+
+
+def _pick_uid() -> int | None:
+    """A uid/gid nobody uses: random in [1e6, 2e6) when this user namespace maps it, else None (no drop)."""
+    for map_file in ("/proc/self/uid_map", "/proc/self/gid_map"):
+        if not _id_mapped(map_file, 1_000_000, 2_000_000):
+            return None
+    return 1_000_000 + secrets.randbelow(1_000_000)
+
+
+def _id_mapped(map_file: str, lo: int, hi: int) -> bool:
+    """Whether ids ``lo..hi-1`` are all mapped in this namespace's id map file."""
+    try:
+        with open(map_file) as fh:
+            ranges = [tuple(int(x) for x in line.split()) for line in fh if line.strip()]
+    except OSError:
+        return False
+    return any(start <= lo and hi <= start + count for start, _, count in ranges)
+
+
+def _make_workdir(uid: int | None) -> str:
+    """A fresh private directory; owned by the sandbox uid when there is one."""
+    path = tempfile.mkdtemp(prefix="selfevo-sbx-")
+    if uid is not None:
+        os.chown(path, uid, uid)
+    return path
+
+
+def _remove_tree(path: str) -> None:
+    """Remove ``path`` even when the child left unreadable or unwritable entries in it."""
+    def fix_and_retry(func, target, _exc):
+        try:
+            os.chmod(os.path.dirname(target), 0o700)
+            os.chmod(target, 0o700)
+            func(target)
+        except OSError:
+            pass
+
+    if os.path.lexists(path):
+        shutil.rmtree(path, onerror=fix_and_retry)
+
+
+def _child_env(workdir: str) -> dict[str, str]:
+    """The child's whole environment."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+        env[var] = "1"
+    return env
+
+
+def _read_tail(log) -> str:
+    """The last bytes the child wrote to its raw stdout/stderr."""
+    try:
+        size = log.seek(0, os.SEEK_END)
+        log.seek(max(0, size - _LOG_TAIL_BYTES))
+        return log.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _parse_records(raw: bytes, nonce: str, steps: list[dict]) -> SandboxResult:
+    """Turn the nonce-tagged JSON lines into a result; lines without the nonce are ignored."""
+    result = SandboxResult(False, "", "")
+    outcomes: dict[int, StepOutcome] = {}
+    for line in raw.split(b"\n"):
+        rec = _load_record(line, nonce)
+        if rec is None:
+            continue
+        kind = rec.get("t")
+        if kind == "start":
+            result.isolation = rec.get("iso", {})
+        elif kind == "load":
+            result.load_error = str(rec.get("err", ""))
+        elif kind == "step":
+            outcome = _outcome(rec, steps)
+            if outcome is not None and outcome.index not in outcomes:
+                outcomes[outcome.index] = outcome
+        elif kind == "done":
+            result.completed = rec.get("n") == len(steps) and len(outcomes) == len(steps)
+    result.steps = [outcomes[i] for i in sorted(outcomes)]
+    return result
+
+
+def _load_record(line: bytes, nonce: str) -> dict | None:
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) and rec.get("k") == nonce else None
+
+
+def _outcome(rec: dict, steps: list[dict]) -> StepOutcome | None:
+    idx = rec.get("i")
+    if not isinstance(idx, int) or not 0 <= idx < len(steps):
+        return None
+    step = steps[idx]
+    return StepOutcome(idx, str(step.get("label", "")), bool(step.get("unit")), rec.get("ok") is True,
+                       float(rec.get("ms", 0.0)), str(rec.get("err", ""))[:500])
+
+
+def _finish_status(result: SandboxResult, status: str, returncode: int | None, limits: Limits) -> None:
+    """Fill ``status``/``detail`` from how the pump ended and the child's exit status."""
+    if result.completed:
+        result.status, result.detail = "completed", "harness completed"
+    elif status == "timeout":
+        result.status, result.detail = "timeout", f"wall-clock limit of {limits.wall_s:g} s exceeded"
+    elif status == "eof":
+        result.status = "channel-closed"
+        result.detail = "the result channel was closed before the harness completed"
+    elif status == "result-flood":
+        result.status, result.detail = "result-flood", "result channel flooded"
+    elif returncode is not None and returncode < 0:
+        result.status, result.detail = "killed", _signal_reason(-returncode, limits)
+    else:
+        result.status = "exited"
+        result.detail = f"process ended (exit code {returncode}) before the harness completed"
+
+
+def _signal_reason(signum: int, limits: Limits) -> str:
+    """A one-line explanation of a deadly signal."""
+    known = {signal.SIGXCPU: f"CPU time limit of {limits.cpu_s:g} s exceeded",
+             signal.SIGXFSZ: f"file/output size limit of {limits.file_bytes} bytes exceeded",
+             signal.SIGSEGV: "crashed with a segmentation fault (stack overflow or memory limit?)"}
+    if signum in known:
+        return known[signum]
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    return f"killed by {name} before the harness completed"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Child side: the harness (runs as ``python -I -B sandbox.py``; must stay standard-library only)
+# ----------------------------------------------------------------------------------------------------------------
+
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+_MS = {"rdonly": 1, "nosuid": 2, "nodev": 4, "noexec": 8, "remount": 32, "bind": 4096, "rec": 16384,
+       "private": 1 << 18}
+_MS_KEEP = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1024, "nodiratime": 2048, "relatime": 1 << 21}
+_MNT_DETACH = 2
+_BLOCKED_MODULES = frozenset({"ctypes", "_ctypes", "cffi", "_cffi_backend"})
+_HEAPTYPE = 1 << 9
+
+
+class _UnitTimeout(BaseException):
+    """Raised by SIGALRM when a step exceeds its time limit (BaseException: ``except Exception`` can't eat it)."""
+
+
+class _OutputLimit(BaseException):
+    """Raised when a step writes more than its output cap."""
+
+
+class _CappedBytes(io.BytesIO):
+    """A byte buffer that refuses to grow past ``cap``."""
+
+    def __init__(self, cap: int):
+        super().__init__()
+        self._cap = cap
+
+    def write(self, data) -> int:
+        if self.tell() + len(data) > self._cap:
+            raise _OutputLimit(f"output limit of {self._cap} bytes exceeded")
+        return super().write(data)
+
+
+def _capture(cap: int) -> io.TextIOWrapper:
+    """A text stream (with ``.buffer``) that captures at most ``cap`` bytes."""
+    return io.TextIOWrapper(_CappedBytes(cap), encoding="utf-8", errors="replace", write_through=True)
+
+
+def _stdin_stream(data: str) -> io.TextIOWrapper:
+    """A text stream (with ``.buffer``) that yields ``data``."""
+    return io.TextIOWrapper(io.BytesIO(data.encode("utf-8")), encoding="utf-8")
+
+
+def _captured_text(stream: io.TextIOWrapper) -> str:
+    return stream.buffer.getvalue().decode("utf-8", "replace")
+
+
+def _child_main() -> None:
+    """Entry point of the sandboxed process."""
+    config = pickle.loads(sys.stdin.buffer.read())
+    _detach_stdin()
+    nonce, fd = config.pop("nonce"), config["result_fd"]
+    emit = _emitter(fd, nonce)
+    iso = _isolate(config)
+    state = _HarnessState(config)
+    if config["guard"]:
+        _install_guard(config["workdir"], state)
+    emit({"t": "start", "iso": iso})
+    _run_all(config, state, emit)
+    emit({"t": "done", "n": len(config["steps"])})
+    os._exit(0)
+
+
+def _detach_stdin() -> None:
+    """Point fd 0 at /dev/null so nothing can read the (already consumed) config pipe."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+
+
+def _emitter(fd: int, nonce: str):
+    """A function writing one nonce-tagged JSON record to the result pipe (references captured up front)."""
+    write, dumps = os.write, json.dumps
+
+    def emit(record: dict) -> None:
+        record["k"] = nonce
+        data = memoryview((dumps(record) + "\n").encode("utf-8"))
+        while data:
+            data = data[write(fd, data):]
+
+    return emit
+
+
+class _HarnessState:
+    """Mutable per-job state the guard and the step runners share."""
+
+    def __init__(self, config: dict):
+        self.limits = config["limits"]
+        self.workdir = config["workdir"]
+        self.stdin_text: str | None = None  # the current io step's input, for ``open(0)``
+
+
+# ---- isolation ----------------------------------------------------------------------------------------------
+
+
+def _isolate(config: dict) -> dict:
+    """Apply namespaces, the jail, the uid drop and rlimits; return what was achieved."""
+    iso = {"netns": False, "jail": False, "uid": None, "errors": []}
+    os.chdir(config["workdir"])
+    if config["jail"] and os.geteuid() == 0 and config["uid"] is not None:
+        _root_isolation(config, iso)
+    elif config["jail"]:
+        iso["netns"] = _try(iso, "user+net namespace", lambda: _unshare(_CLONE_NEWUSER | _CLONE_NEWNET))
+    _set_rlimits(config["limits"], iso["uid"] is not None)
+    os.chdir(config["workdir"])  # again: after the jail the work dir is a new (writable) mount
+    sys.path.insert(0, config["workdir"])
+    _forget_ctypes()
+    return iso
+
+
+def _root_isolation(config: dict, iso: dict) -> None:
+    """Mount+net namespaces, read-only filesystem except the work dir, then a fresh uid (if paths allow)."""
+    if _try(iso, "mount+net namespace", lambda: _unshare(_CLONE_NEWNS | _CLONE_NEWNET)):
+        iso["netns"] = True
+        iso["jail"] = _try(iso, "read-only jail", lambda: _build_jail(config["workdir"], config["stash"], iso))
+    if iso["jail"] or _paths_world_readable(_needed_paths()):
+        uid = config["uid"]
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        iso["uid"] = uid
+
+
+def _try(iso: dict, what: str, action) -> bool:
+    """Run an isolation action; record a failure instead of raising."""
+    try:
+        action()
+        return True
+    except OSError as exc:
+        iso["errors"].append(f"{what}: {exc}")
+        return False
+
+
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _unshare(flags: int) -> None:
+    _check(_libc().unshare(flags), "unshare")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = (lambda s: None if s is None else s.encode())
+    _check(_libc().mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+def _build_jail(workdir: str, stash: str, iso: dict) -> None:
+    """Make every mount read-only except ``workdir``, exposing only the interpreter's paths under private dirs."""
+    _mount(None, "/", None, _MS["rec"] | _MS["private"])
+    _mount(workdir, workdir, None, _MS["bind"])
+    for directory, keep in _hidden_ancestors(_needed_paths()):
+        _overlay(directory, keep, stash)
+    failed = _remount_readonly(skip={workdir})
+    if failed:
+        iso["errors"].append("could not make read-only: " + ", ".join(failed))
+    if "/" in failed:
+        raise OSError("could not remount / read-only")
+
+
+def _needed_paths() -> list[str]:
+    """Directories the interpreter must still read after the uid drop."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    paths.update(p for p in sys.path if p and os.path.isdir(p))
+    return sorted({os.path.realpath(p) for p in paths})
+
+
+def _hidden_ancestors(paths: list[str]) -> list[tuple[str, set[str]]]:
+    """Ancestors that others cannot traverse, shallowest first, each with the entries to keep visible."""
+    keep: dict[str, set[str]] = {}
+    for path in paths:
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts)):
+            parent = "/" + "/".join(parts[:depth])
+            if not os.stat(parent).st_mode & 0o001:
+                keep.setdefault(parent, set()).add(parts[depth])
+    return sorted(keep.items(), key=lambda item: len(item[0].rstrip("/").split("/")))
+
+
+def _overlay(directory: str, keep: set[str], stash: str) -> None:
+    """Cover ``directory`` with a world-traversable tmpfs showing only ``keep`` (bind-mounted from the original)."""
+    original = os.path.join(stash, str(len(os.listdir(stash))))
+    os.mkdir(original, 0o700)
+    _mount(directory, original, None, _MS["bind"] | _MS["rec"])
+    _mount("tmpfs", directory, "tmpfs", _MS["nosuid"] | _MS["nodev"], "mode=755,size=1m")
+    for name in keep:
+        source, target = os.path.join(original, name), os.path.join(directory, name)
+        if os.path.isdir(source):
+            os.mkdir(target)
+        else:
+            open(target, "w").close()
+        _mount(source, target, None, _MS["bind"] | _MS["rec"])
+    _check(_libc().umount2(original.encode(), _MNT_DETACH), f"umount {original}")
+
+
+def _remount_readonly(skip: set[str]) -> list[str]:
+    """Remount every mount point read-only (keeping nosuid/nodev/... flags); return those that failed."""
+    failed = []
+    for target, options in _mounts():
+        if target in skip:
+            continue
+        flags = _MS["remount"] | _MS["bind"] | _MS["rdonly"]
+        flags |= sum(bit for name, bit in _MS_KEEP.items() if name in options)
+        try:
+            _mount(None, target, None, flags)
+        except OSError:
+            failed.append(target)
+    return failed
+
+
+def _mounts() -> list[tuple[str, set[str]]]:
+    """(mount point, per-mount options) from /proc/self/mountinfo, decoding octal escapes."""
+    result = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            target = fields[4].encode().decode("unicode_escape")
+            result.append((target, set(fields[5].split(","))))
+    return result
+
+
+def _paths_world_readable(paths: list[str]) -> bool:
+    """Whether others can traverse every ancestor of every path."""
+    return not _hidden_ancestors(paths)
+
+
+def _set_rlimits(limits: dict, dedicated_uid: bool) -> None:
+    """CPU, memory, file size, open files, core dumps, stack and process count."""
+    cpu = max(1, int(limits["cpu_s"] + 0.999))
+    memory = int(limits["memory_mb"]) << 20
+    settings = [(resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, (memory, memory)),
+                (resource.RLIMIT_FSIZE, (limits["file_bytes"], limits["file_bytes"])),
+                (resource.RLIMIT_NOFILE, (limits["open_files"], limits["open_files"])),
+                (resource.RLIMIT_CORE, (0, 0)),
+                (resource.RLIMIT_NPROC, (limits["threads"], limits["threads"]) if dedicated_uid else (0, 0))]
+    stack_hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
+    stack = 256 << 20 if stack_hard == resource.RLIM_INFINITY else min(256 << 20, stack_hard)
+    settings.append((resource.RLIMIT_STACK, (stack, stack)))
+    for which, value in settings:
+        resource.setrlimit(which, value)
+
+
+def _forget_ctypes() -> None:
+    """Drop ctypes (used for unshare/mount) from sys.modules so the guard's import block applies to it."""
+    for name in list(sys.modules):
+        if name.split(".")[0] in _BLOCKED_MODULES:
+            del sys.modules[name]
+
+
+# ---- guard ----------------------------------------------------------------------------------------------------
+
+
+def _install_guard(workdir: str, state: _HarnessState) -> None:
+    """Patch process creation, signals to others, sockets, ctypes and out-of-dir writes to raise."""
+    import builtins
+    import posix
+
+    _deny_process_functions(os, posix)
+    _deny_sockets()
+    _guard_writes(workdir, state, builtins, posix)
+    sys.meta_path.insert(0, _ImportBlocker())
+
+
+def _denied(what: str):
+    def blocked(*_args, **_kwargs):
+        raise PermissionError(f"{what} is not allowed in the sandbox")
+
+    return blocked
+
+
+def _deny_process_functions(*modules) -> None:
+    names = ["fork", "forkpty", "system", "popen", "execv", "execve", "execl", "execle", "execlp", "execlpe",
+             "execvp", "execvpe", "spawnv", "spawnve", "spawnvp", "spawnvpe", "spawnl", "spawnle", "spawnlp",
+             "spawnlpe", "posix_spawn", "posix_spawnp", "kill", "killpg"]
+    for module in modules:
+        for name in names:
+            if hasattr(module, name):
+                setattr(module, name, _denied(f"os.{name}"))
+    import _posixsubprocess
+
+    _posixsubprocess.fork_exec = _denied("starting a subprocess")
+    subprocess_module = sys.modules.get("subprocess")  # imported before the guard: patch its bound copies
+    if subprocess_module is not None:
+        subprocess_module._fork_exec = _denied("starting a subprocess")
+        subprocess_module._USE_POSIX_SPAWN = False
+        subprocess_module.Popen._execute_child = _denied("starting a subprocess")
+
+
+def _deny_sockets() -> None:
+    import _socket
+
+    class _NoSocket:
+        __slots__ = ()
+
+        def __init__(self, *_args, **_kwargs):
+            raise PermissionError("network access is not allowed in the sandbox")
+
+    _socket.socket = _socket.SocketType = _NoSocket
+    for name in ("socketpair", "fromfd", "getaddrinfo", "gethostbyname", "gethostbyname_ex"):
+        if hasattr(_socket, name):
+            setattr(_socket, name, _denied(f"socket.{name}"))
+
+
+class _ImportBlocker:
+    """A meta-path finder refusing modules that would bypass the guard."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in _BLOCKED_MODULES:
+            raise ImportError(f"module '{name}' is not allowed in the sandbox")
+        return None
+
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_PATH_OPS_ONE = ("mkdir", "rmdir", "remove", "unlink", "chmod", "chown", "lchown", "truncate", "utime", "mkfifo",
+                 "mknod", "chflags", "lchflags", "lchmod", "setxattr", "removexattr")
+_PATH_OPS_TWO = ("rename", "replace", "link", "symlink")
+
+
+def _guard_writes(workdir: str, state: _HarnessState, builtins_module, posix_module) -> None:
+    """Refuse writes outside ``workdir`` through open/os.open and the os path functions; map ``open(0)``."""
+    root = os.path.realpath(workdir)
+    real_open, real_os_open = builtins_module.open, os.open
+
+    def inside(path, dir_fd=None) -> bool:
+        if isinstance(path, int):
+            return True
+        target = os.fsdecode(path)
+        if dir_fd is not None and not os.path.isabs(target):
+            target = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), target)
+        resolved = os.path.realpath(target)
+        return resolved == root or resolved.startswith(root + os.sep)
+
+    def refuse(path):
+        raise PermissionError(f"writing outside the sandbox directory is not allowed: {os.fsdecode(path)}")
+
+    def guarded_open(file, mode="r", *args, **kwargs):
+        if file == 0 and not isinstance(file, bool) and state.stdin_text is not None:
+            stream = _stdin_stream(state.stdin_text)
+            return stream.buffer if "b" in mode else stream
+        if any(ch in mode for ch in "wax+") and not inside(file):
+            refuse(file)
+        return real_open(file, mode, *args, **kwargs)
+
+    def guarded_os_open(path, flags, mode=0o777, *, dir_fd=None):
+        if flags & _WRITE_FLAGS and not inside(path, dir_fd):
+            refuse(path)
+        return real_os_open(path, flags, mode, dir_fd=dir_fd)
+
+    builtins_module.open = io.open = guarded_open
+    for module in (os, posix_module):
+        module.open = guarded_os_open
+        _wrap_path_ops(module, inside, refuse)
+
+
+def _wrap_path_ops(module, inside, refuse) -> None:
+    """Wrap os-level path mutators so both their path arguments must lie inside the work dir."""
+    def wrap(func, n_paths):
+        def guarded(*args, **kwargs):
+            dir_fd = kwargs.get("dir_fd", kwargs.get("src_dir_fd"))
+            for path in args[:n_paths]:
+                if not inside(path, dir_fd):
+                    refuse(path)
+            return func(*args, **kwargs)
+
+        return guarded
+
+    for names, count in ((_PATH_OPS_ONE, 1), (_PATH_OPS_TWO, 2)):
+        for name in names:
+            if hasattr(module, name):
+                setattr(module, name, wrap(getattr(module, name), count))
+
+
+# ---- running steps -----------------------------------------------------------------------------------------------
+
+
+def _run_all(config: dict, state: _HarnessState, emit) -> None:
+    """Load the program (if any step needs the module), then run every step and report it."""
+    limits = config["limits"]
+    code, load_error = _compile_program(config["program"], config["prefix"])
+    namespace = None
+    if code is not None and any(step["kind"] != "io" for step in config["steps"]):
+        namespace, load_error = _load_module(code, config["workdir"], limits)
+    emit({"t": "load", "ok": not load_error, "err": load_error})
+    for index, step in enumerate(config["steps"]):
+        ok, err, ms = _run_step(step, code, namespace, load_error, state)
+        emit({"t": "step", "i": index, "ok": ok, "err": err[:500], "ms": round(ms, 3)})
+
+
+def _compile_program(program: str, prefix: str):
+    """Compile prefix+program, else the prefix's import lines + program, else program alone."""
+    imports = "\n".join(line for line in prefix.splitlines() if line.startswith(("import ", "from ")))
+    variants = [prefix + "\n" + program, imports + "\n" + program, program] if prefix else [program]
+    first_error = ""
+    for source in variants:
+        source = _hoist_future_imports(source)
+        try:
+            return compile(source, "solution.py", "exec", dont_inherit=True), ""
+        except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+            first_error = first_error or f"program does not compile: {_describe(exc)}"
+    return None, first_error
+
+
+def _hoist_future_imports(source: str) -> str:
+    """Move ``from __future__`` lines to the top so a prefix cannot make them illegal."""
+    lines = source.splitlines()
+    future = [line for line in lines if line.startswith("from __future__ ")]
+    if not future:
+        return source
+    return "\n".join(future + [line for line in lines if not line.startswith("from __future__ ")])
+
+
+def _load_module(code, workdir: str, limits: dict):
+    """Execute the program once as module ``solution``; return (test namespace, error)."""
+    import types
+
+    module = types.ModuleType("solution")
+    module.__file__ = os.path.join(workdir, "solution.py")
+    sys.modules["solution"] = module
+    ok, err = _guarded(lambda: exec(code, module.__dict__), limits["load_s"], limits["output_bytes"])
+    if not ok:
+        return None, f"program failed while loading: {err}"
+    namespace = dict(module.__dict__)
+    namespace["__name__"] = "__selfevo_tests__"
+    return namespace, ""
+
+
+def _run_step(step: dict, code, namespace, load_error: str, state: _HarnessState) -> tuple[bool, str, float]:
+    """Run one step; return (passed, error, milliseconds)."""
+    if load_error:
+        return False, load_error, 0.0
+    limits = state.limits
+    seconds = step.get("timeout") or limits["unit_s"]
+    start = time.perf_counter()
+    if step["kind"] == "io":
+        ok, err = _run_io(step, code, seconds, state)
+    else:
+        ok, err = _guarded(lambda: _STEP_RUNNERS[step["kind"]](step, namespace), seconds, limits["output_bytes"])
+    return ok, err, (time.perf_counter() - start) * 1000.0
+
+
+def _guarded(action, seconds: float, output_cap: int) -> tuple[bool, str]:
+    """Run ``action`` with stdout/stderr captured and a SIGALRM time limit; return (ok, error text)."""
+    saved = sys.stdout, sys.stderr, sys.stdin
+    sys.stdout = sys.stderr = _capture(output_cap)
+    sys.stdin = _stdin_stream("")
+    try:
+        return _timed(action, seconds)
+    finally:
+        sys.stdout, sys.stderr, sys.stdin = saved
+
+
+def _timed(action, seconds: float) -> tuple[bool, str]:
+    """Run ``action`` under an interval timer; errors are described while the timer still runs."""
+    def on_alarm(_signum, _frame):
+        raise _UnitTimeout()
+
+    def body():
+        try:
+            action()
+            _join_threads(seconds)
+            return True, ""
+        except (_UnitTimeout, _OutputLimit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt... all mean "failed"
+            return False, _describe(exc)
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return body()
+    except _UnitTimeout:
+        return False, f"timed out after {seconds:g} s"
+    except _OutputLimit as exc:
+        return False, str(exc)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _join_threads(seconds: float) -> None:
+    """Wait for non-daemon threads the step started; a thread still alive at the deadline fails the step."""
+    threading = sys.modules.get("threading")
+    if threading is None:
+        return
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join(seconds)
+            if thread.is_alive():
+                raise RuntimeError("a background thread is still running")
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` for an exception, safe against hostile ``__str__``."""
+    try:
+        message = str(exc)
+    except BaseException:  # noqa: BLE001
+        message = "<unprintable>"
+    name = type(exc).__name__
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}) raised"
+    return f"{name}: {message}"[:500] if message else name
+
+
+def _run_exec(step: dict, namespace: dict) -> None:
+    exec(compile(step["code"], f"<test: {step['label']}>", "exec"), namespace)
+
+
+def _run_pytest(step: dict, namespace: dict) -> None:
+    """Call a test function (or ``Class.method``) once per parametrize case."""
+    name = step["name"]
+    if "." in name:
+        class_name, method = name.split(".", 1)
+        instance = namespace[class_name]()
+        if hasattr(instance, "setup_method"):
+            instance.setup_method(getattr(instance, method))
+        func = getattr(instance, method)
+    else:
+        func = namespace[name]
+    for kwargs in _parametrize_cases(func):
+        func(**kwargs)
+
+
+def _parametrize_cases(func) -> list[dict]:
+    """Keyword sets from ``pytest.mark.parametrize`` marks (cartesian product over several marks)."""
+    cases = [{}]
+    for mark in getattr(func, "pytestmark", []):
+        if getattr(mark, "name", "") != "parametrize":
+            continue
+        names = mark.args[0]
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        rows = [_parametrize_row(value, len(names)) for value in mark.args[1]]
+        cases = [{**case, **dict(zip(names, row))} for case in cases for row in rows]
+    return cases
+
+
+def _parametrize_row(value, n_names: int) -> tuple:
+    """One parametrize entry as a tuple of argument values (``pytest.param`` objects unwrapped)."""
+    if hasattr(value, "values") and hasattr(value, "marks"):  # pytest.param(...)
+        return tuple(value.values)
+    return (value,) if n_names == 1 else tuple(value)
+
+
+def _run_call(step: dict, namespace: dict) -> None:
+    """Evaluate the target, call it with the step's arguments and compare the result."""
+    target = eval(step["target"], namespace)
+    out = target(*step["args"])
+    bad_type = _foreign_type(out, _types_in(step["expected"]))
+    if bad_type:
+        raise AssertionError(f"returned a value of type {bad_type}, which tests do not accept")
+    compare = step["compare"]
+    if compare["kind"] == "json":
+        same = _json_equal(out, step["expected"])
+    else:
+        same = _evalplus_equal(out, step["expected"], compare, step["args"])
+    if not same:
+        raise AssertionError(f"wrong result {_short_repr(out)}, expected {_short_repr(step['expected'])}")
+
+
+def _short_repr(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _types_in(value, budget: int = 100_000) -> set:
+    """All types occurring in a (trusted, expected) value."""
+    found, stack = set(), [value]
+    while stack and budget > 0:
+        item = stack.pop()
+        budget -= 1
+        found.add(type(item))
+        stack.extend(_children(item))
+    return found
+
+
+def _children(value) -> list:
+    if isinstance(value, dict):
+        return list(value.keys()) + list(value.values())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return list(value)
+    return []
+
+
+def _foreign_type(value, trusted: set, budget: int = 1_000_000) -> str:
+    """Name of the first type in ``value`` that Python code could have defined (and so could fake ``==``)."""
+    stack = [value]
+    while stack and budget > 0:
+        item = stack.pop()
+        budget -= 1
+        kind = type(item)
+        if kind not in trusted and kind.__flags__ & _HEAPTYPE:
+            return kind.__name__
+        if getattr(getattr(item, "dtype", None), "hasobject", False):
+            return "an object array"
+        stack.extend(_children(item))
+    return ""
+
+
+def _json_equal(out, expected) -> bool:
+    """LiveCodeBench functional comparison: tuples count as lists, then plain equality."""
+    return bool(_tuples_to_lists(out) == expected)
+
+
+def _tuples_to_lists(value):
+    if isinstance(value, (list, tuple)):
+        return [_tuples_to_lists(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _tuples_to_lists(v) for k, v in value.items()}
+    return value
+
+
+def _evalplus_equal(out, expected, compare: dict, args: list) -> bool:
+    """EvalPlus's output oracle: exact match, its special cases, then a float tolerance."""
+    mode, atol = compare.get("mode", "exact"), compare.get("atol", 0) or 0
+    if mode == "poly":
+        return abs(_poly(*args, out)) <= atol
+    exact = _special_match(out, expected, mode, compare, atol)
+    if atol == 0 and _is_floats(expected):
+        atol = 1e-6
+    if exact or atol == 0:
+        return bool(exact)
+    return _close(out, expected, atol)
+
+
+def _special_match(out, expected, mode: str, compare: dict, atol: float):
+    """The exact-match part of the oracle, including EvalPlus's per-task special cases."""
+    if mode == "set":
+        return set(out) == set(expected)
+    if mode == "not_none":
+        return out == expected if isinstance(out, bool) else expected == (out is not None)
+    exact = out == expected
+    if mode == "always":
+        return True
+    if mode == "alt":
+        return exact or out == compare.get("alt")
+    if mode == "alt_close":
+        return exact or abs(out - compare.get("alt")) <= atol
+    return exact
+
+
+def _close(out, expected, atol: float) -> bool:
+    """``np.allclose(out, expected, rtol=1e-7, atol)`` after EvalPlus's type and length checks."""
+    if type(out) is not type(expected):
+        return False
+    if isinstance(expected, (list, tuple)) and len(out) != len(expected):
+        return False
+    import numpy
+
+    return bool(numpy.allclose(out, expected, rtol=1e-07, atol=atol))
+
+
+def _is_floats(value) -> bool:
+    """EvalPlus's test for float outputs: a float, or a non-empty list/tuple of floats."""
+    if isinstance(value, float):
+        return True
+    if isinstance(value, (list, tuple)) and value:
+        return all(isinstance(v, float) for v in value)
+    return type(value).__name__ == "ndarray" and str(getattr(value, "dtype", "")) in ("float64", "float32")
+
+
+def _poly(coefficients: list, x: float) -> float:
+    """Value of the polynomial with ``coefficients`` (lowest degree first) at ``x``."""
+    import math
+
+    return sum(c * math.pow(x, i) for i, c in enumerate(coefficients))
+
+
+def _run_io(step: dict, code, seconds: float, state: _HarnessState) -> tuple[bool, str]:
+    """Run the program as ``__main__`` on the step's stdin and compare its stdout."""
+    import builtins
+
+    if code is None:
+        return False, "program does not compile"
+    out = _capture(max(state.limits["output_bytes"], 4 * len(step["output"])))
+    saved = sys.stdout, sys.stderr, sys.stdin
+    sys.stdout, sys.stderr, sys.stdin = out, _capture(state.limits["output_bytes"]), _stdin_stream(step["input"])
+    state.stdin_text = step["input"]
+    try:
+        ok, err = _timed(lambda: _exec_main(code, builtins), seconds)
+    finally:
+        sys.stdout, sys.stderr, sys.stdin = saved
+        state.stdin_text = None
+    if not ok:
+        return False, err
+    if outputs_match(_captured_text(out), step["output"]):
+        return True, ""
+    return False, f"wrong output {_short_repr(_captured_text(out)[:200])}, expected {_short_repr(step['output'])}"
+
+
+def _exec_main(code, builtins_module) -> None:
+    """Execute the program as a script; ``sys.exit(0)``/``exit()`` count as a normal end."""
+    try:
+        exec(code, {"__name__": "__main__", "__builtins__": builtins_module})
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+    finally:
+        sys.stdout.flush()
+
+
+def outputs_match(got: str, expected: str) -> bool:
+    """Stdout comparison: line by line after stripping; tokens may differ in numeric spelling (1.0 vs 1)."""
+    got_lines = [line.strip() for line in got.strip().splitlines()]
+    want_lines = [line.strip() for line in expected.strip().splitlines()]
+    if got_lines == want_lines:
+        return True
+    if len(got_lines) != len(want_lines):
+        return False
+    return all(_tokens_match(g.split(), w.split()) for g, w in zip(got_lines, want_lines))
+
+
+def _tokens_match(got: list[str], want: list[str]) -> bool:
+    if len(got) != len(want):
+        return False
+    return all(g == w or _same_number(g, w) for g, w in zip(got, want))
+
+
+def _same_number(a: str, b: str) -> bool:
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        return Decimal(a) == Decimal(b)
+    except (InvalidOperation, ValueError):
+        return False
+
+
+_STEP_RUNNERS = {"exec": _run_exec, "pytest": _run_pytest, "call": _run_call}
+
+
+if __name__ == "__main__":
+    _child_main()
