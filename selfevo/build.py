@@ -1,0 +1,47 @@
+"""Small builders that turn config sections into live objects; recipes call them instead of repeating set-up."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from selfevo.engines import make_engine
+from selfevo.policy import LoraSettings, PolicyStore
+from selfevo.types import SamplingParams
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def policy_store(model: DictConfig, lr: float = 1e-5, micro_batch: int = 8, max_grad_norm: float = 1.0) -> PolicyStore:
+    lora = LoraSettings(r=model.lora.r, alpha=model.lora.alpha, dropout=model.lora.dropout,
+                        target_modules=model.lora.target_modules)
+    return PolicyStore(dtype=model.dtype, lora=lora, lr=lr, micro_batch=micro_batch, max_grad_norm=max_grad_norm)
+
+
+def add_agents(store: PolicyStore, names: list[str], backbones: list[str]) -> None:
+    """Agent i gets ``backbones[i % len(backbones)]``: several backbones = heterogeneous agents."""
+    for i, name in enumerate(names):
+        store.add_agent(name, backbones[i % len(backbones)])
+
+
+def engine(cfg: DictConfig, store: PolicyStore, dtype: str, workdir: str | None = None):
+    if cfg.name == "hf":
+        return make_engine("hf", store, max_batch=cfg.max_batch)
+    return make_engine(cfg.name, store, dtype=dtype, max_loras=cfg.max_loras, max_model_len=cfg.max_model_len,
+                       max_lora_rank=_vllm_rank(store), workdir=workdir)
+
+
+def _vllm_rank(store: PolicyStore) -> int:
+    """vLLM accepts only some max_lora_rank values; take the smallest that fits every adapter."""
+    r = store.lora.r
+    return next(v for v in (8, 16, 32, 64, 128, 256, 320, 512) if v >= r)
+
+
+def sampling(cfg: DictConfig) -> SamplingParams:
+    return SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)

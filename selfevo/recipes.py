@@ -1,0 +1,25 @@
+"""The recipe registry as plain data: name → module with ``Config`` and ``main(cfg)``; presets are YAML files."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from selfevo.registry import Registry
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    module: str
+    about: str
+    default_preset: str = "cpu"
+
+    def load(self):
+        return importlib.import_module(self.module)
+
+
+RECIPES: Registry[Recipe] = Registry("recipe")
+for _r in (
+    Recipe("demo", "selfevo.algorithms.demo", "several agents (LoRA adapters) answer questions in one batch"),
+):
+    RECIPES.register(_r.name)(_r)
