@@ -16,6 +16,7 @@ commands:
   selfevo ls                                   recipes, presets, models, engines
   selfevo run RECIPE [--preset P] key=value..  run a recipe (preset default: cpu); prints and saves the config
   selfevo verify --input IN --output OUT       score model responses with the verifiers (JSONL in, JSONL out)
+  selfevo prepare [MODEL ...]                  build the local cache of built-in models (default: the embedded one)
 
 examples:
   selfevo run demo
@@ -72,7 +73,15 @@ def _verify(argv: list[str]) -> int:
     return verify_main(argv)
 
 
-COMMANDS = {"ls": lambda argv: _ls(), "run": _run, "verify": _verify}
+def _prepare(argv: list[str]) -> int:
+    from selfevo import models
+
+    for name in argv or [models.DEFAULT_MODEL]:
+        print(f"{name}: {models.resolve(name)}")
+    return 0
+
+
+COMMANDS = {"ls": lambda argv: _ls(), "run": _run, "verify": _verify, "prepare": _prepare}
 
 
 def main(argv: list[str] | None = None) -> int:

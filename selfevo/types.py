@@ -24,6 +24,7 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
+    ignore_eos: bool = False  # keep going past end-of-sequence (throughput measurements)
 
 
 @dataclass

@@ -17,6 +17,8 @@ GOOD_LINES = [
       "tests": "assert sq(2) == 4\nassert sq(3) == 9", "reference": "", "meta": {"limits": LIMITS}}, 1.0),
     ({"domain": "code", "response": "def sq(x):\n    return x + x\n", "tests": "assert sq(2) == 4\nassert sq(3) == 9",
       "entry_point": "sq", "meta": {"limits": LIMITS}}, 0.5),
+    ({"domain": "code", "response": "print(int(input()) * 2)",
+      "meta": {"limits": LIMITS, "io": [{"input": "4\n", "output": "8\n"}]}}, 1.0),
 ]
 BAD_LINES = [
     ("{not json", "invalid JSON"),

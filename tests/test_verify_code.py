@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -9,7 +10,8 @@ from selfevo.types import Task
 from selfevo.verifiers import verify
 from selfevo.verifiers.code import (build_steps, evalplus_compare, extract_code, lcb_functional_case, lcb_method_name,
                                     lcb_task, limits_for, split_tests)
-from selfevo.verifiers.sandbox import _evalplus_equal, _foreign_type, _json_equal, outputs_match
+from selfevo.verifiers.sandbox import (_evalplus_equal, _foreign_type, _json_equal, call_step, outputs_match,
+                                      run_program)
 
 FAST = {"wall_s": 20.0, "cpu_s": 20.0, "unit_s": 2.0, "load_s": 5.0, "memory_mb": 1024}
 DATA = os.environ.get("SELFEVO_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
@@ -132,12 +134,13 @@ def test_stdin_stdout_cases():
 
 
 def test_livecodebench_functional_and_stdin_records():
-    record = {"problem": "p", "starter_code": "class Solution:\n    def addAll(self, nums: List[int], k: int) -> List[int]:\n",
+    starter = "class Solution:\n    def addAll(self, nums: List[int], k: int) -> List[int]:\n"
+    record = {"problem": "p", "starter_code": starter,
               "tests": [{"input": "[1, 2]\n3", "output": "[4, 5]", "testtype": "functional"},
                         {"input": "[]\n1", "output": "[]", "testtype": "functional"}]}
     task = lcb_task(record, "lcb/0")
     task.meta["limits"] = FAST
-    good = "class Solution:\n    def addAll(self, nums: List[int], k: int) -> List[int]:\n        return tuple(x + k for x in nums)"
+    good = starter + "        return tuple(x + k for x in nums)"
     assert verify(task, fenced(good)).score == 1.0
     assert lcb_method_name(record["starter_code"]) == "addAll"
     assert lcb_functional_case(record["tests"][0]) == {"args": [[1, 2], 3], "expected": [4, 5]}
@@ -154,7 +157,22 @@ def test_custom_eq_cannot_fake_call_results():
     cheat = ("class Any:\n    def __eq__(self, other):\n        return True\n"
              "class Solution:\n    def f(self, x):\n        return Any()")
     verdict = verify(task, fenced(cheat))
-    assert verdict.score == 0.0 and "type Any" in verdict.reason
+    assert verdict.score == 0.0 and "type Any (it overrides Any.__eq__)" in verdict.reason
+
+
+def test_rebinding_builtins_or_numpy_cannot_fake_results():
+    record = {"problem": "p", "starter_code": "class Solution:\n    def f(self, x):\n",
+              "tests": [{"input": "1", "output": "2", "testtype": "functional"}]}
+    task = lcb_task(record, "lcb/3")
+    task.meta["limits"] = FAST
+    cheat = ("import builtins\nbuiltins.bool = lambda *a: True\nbuiltins.all = lambda *a: True\n"
+             "builtins.isinstance = lambda *a: True\n"
+             "class Solution:\n    def f(self, x):\n        return 3")
+    assert verify(task, fenced(cheat)).score == 0.0
+    numpy_cheat = "import numpy\nnumpy.allclose = lambda *a, **k: True\ndef g():\n    return 2.0"
+    float_step = call_step("g", [], 1.0, {"kind": "evalplus", "mode": "exact", "atol": 1e-6})
+    assert run_program(numpy_cheat, [float_step], limits_for(code_task())).score == 0.0
+    assert run_program(numpy_cheat.replace("2.0", "1.0000001"), [float_step], limits_for(code_task())).score == 1.0
 
 
 # ---- output oracles (pure parts of the harness) ----------------------------------------------------------------
@@ -173,11 +191,21 @@ def test_json_and_type_checks():
     assert not _json_equal([1], [2])
     assert _foreign_type([1, (2.0, "x"), {"a": None}], set()) == ""
 
-    class Fake(int):
+    class Plain(int):
         pass
 
-    assert _foreign_type([Fake(1)], set()) == "Fake"
+    class Fake(int):
+        __eq__ = int.__ne__
+
+    class Lying(tuple):
+        def __iter__(self):
+            return iter([1, 2])
+
+    assert _foreign_type([Plain(1)], set()) == ""  # overrides nothing: int's own == applies
+    assert _foreign_type([Fake(1)], set()) == "Fake (it overrides Fake.__eq__)"
+    assert _foreign_type({"k": [Lying()]}, set()).startswith("Lying")
     assert _foreign_type([Fake(1)], {Fake}) == ""
+    assert _foreign_type(re.match("a", "a"), set()) == ""  # a C heap type
 
 
 def test_evalplus_oracle_modes():
@@ -189,6 +217,8 @@ def test_evalplus_oracle_modes():
     assert _evalplus_equal("match", True, {**exact, "mode": "not_none"}, [])
     assert _evalplus_equal(1.0, 5.0, {**exact, "mode": "poly", "atol": 1e-4}, [[-1.0, 1.0]])
     assert _evalplus_equal(0, 7, {**exact, "mode": "alt", "alt": 0}, [])
+    assert _evalplus_equal([1.0, [2.0, float("inf")]], [1.0 + 1e-9, [2.0, float("inf")]], {**exact, "atol": 1e-6}, [])
+    assert not _evalplus_equal([1.0, float("nan")], [1.0, float("nan")], {**exact, "atol": 1e-6}, [])
     assert evalplus_compare("humaneval", "find_zero", 1e-4, [[1, 2]])["mode"] == "poly"
     assert evalplus_compare("mbpp", "similar_elements", 0, [[1], [2]])["mode"] == "set"
     assert evalplus_compare("mbpp", "sum_div", 0, [4]) == {"kind": "evalplus", "mode": "alt", "atol": 0, "alt": 0}

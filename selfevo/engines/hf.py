@@ -176,7 +176,7 @@ class HFEngine:
             row.tokens.append(t)
             row.logprobs.append(lp)
             sp = row.request.sampling
-            if t in stops:
+            if t in stops and not sp.ignore_eos:
                 row.finish = "stop"
             elif sp.stop and truncate_at_stop(tok.decode(row.tokens[-32:]), sp.stop)[1]:
                 row.finish = "stop"

@@ -129,7 +129,8 @@ class VLLMEngine:
 
         s = r.sampling
         return SamplingParams(n=1, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens,
-                              stop=list(s.stop) or None, seed=r.seed, logprobs=0)
+                              stop=list(s.stop) or None, seed=r.seed, logprobs=0,
+                              ignore_eos=s.ignore_eos)
 
     @staticmethod
     def _completion(r: Request, prompt: list[int], o) -> Completion:

@@ -1,7 +1,8 @@
 """``selfevo verify --input in.jsonl --output out.jsonl``: score responses line by line.
 
 Each input line is a JSON object ``{"domain": "math"|"code"|"mcq"|"numeric", "response": str, "reference": str,
-"tests": str (code), "entry_point": str (optional), "meta": dict (optional)}``. Each output line is the input
+"tests": str (code, unless ``meta`` holds ``io``/``calls``/``evalplus`` tests), "entry_point": str (optional),
+"meta": dict (optional, as ``Task.meta``)}``. Each output line is the input
 object plus ``"score"`` and ``"reason"``. A line that is not valid JSON, is not an object, lacks a field, or
 names an unknown domain gets score 0 and a reason saying why; processing never stops on one bad line. Blank
 lines are skipped. ``--workers N`` scores N lines at a time (threads; order is preserved).
@@ -84,11 +85,14 @@ def _problem(record: dict) -> str:
         return "missing field 'domain'"
     if domain not in _REQUIRED:
         return f"unknown domain {domain!r}; known: {', '.join(sorted(_REQUIRED))}"
-    missing = [f for f in _REQUIRED[domain] if not isinstance(record.get(f), str)]
-    if missing:
-        return f"missing or non-string field(s) {', '.join(repr(m) for m in missing)} for domain {domain!r}"
     if "meta" in record and not isinstance(record["meta"], dict):
         return "field 'meta' must be an object"
+    required = list(_REQUIRED[domain])
+    if domain == "code" and any(k in (record.get("meta") or {}) for k in ("io", "calls", "evalplus")):
+        required.remove("tests")  # the tests are in meta
+    missing = [f for f in required if not isinstance(record.get(f), str)]
+    if missing:
+        return f"missing or non-string field(s) {', '.join(repr(m) for m in missing)} for domain {domain!r}"
     return ""
 
 

@@ -36,10 +36,12 @@ from selfevo.verifiers.base import Verdict, fail
 from selfevo.verifiers.sandbox import (Limits, SandboxResult, call_step, exec_step, io_step, pytest_step,
                                        run_program)
 
-DEFAULT_LIMITS = Limits(wall_s=60.0, cpu_s=60.0, unit_s=5.0, load_s=10.0, memory_mb=2048)
+DEFAULT_LIMITS = Limits(wall_s=60.0, cpu_s=60.0, unit_s=5.0, load_s=10.0, memory_mb=4096)  # EvalPlus's 4 GiB
+# LeetCode-style helpers a functional LiveCodeBench solution may use without importing; ``builtins`` last so that
+# ``math``'s ``pow`` does not shadow the built-in three-argument ``pow``.
 LCB_PREFIX = ("from typing import *\nfrom collections import *\nfrom functools import *\nfrom itertools import *\n"
-              "from heapq import *\nfrom bisect import *\nfrom math import *\nimport math, heapq, bisect, "
-              "itertools, functools, collections, string, re, sys\n")
+              "from heapq import *\nfrom bisect import *\nfrom math import *\nfrom builtins import *\n"
+              "import math, heapq, bisect, itertools, functools, collections, string, re, sys\n")
 _PYTHON_TAGS = {"python", "py", "python3", "py3"}
 _FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)^[ \t]*```", re.S | re.M)
 

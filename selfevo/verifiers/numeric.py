@@ -22,7 +22,8 @@ _ZERO_ABS_TOL = 1e-8  # when the reference is exactly 0
 _MANTISSA = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|[-+]?\.\d+"
 _EXPONENT = r"(?:\s*(?:[eE]\s*([-+]?\d+)|(?:\\times|\\cdot|×|\*|x)\s*10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?))?"
 _NUMBER_RE = re.compile(rf"({_MANTISSA}){_EXPONENT}")
-_FRACTION_RE = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]+?)\s*\}\s*\{\s*([^{}]+?)\s*\}|([-+]?\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)")
+_FRACTION_RE = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]+?)\s*\}\s*\{\s*([^{}]+?)\s*\}"
+                          r"|([-+]?\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)")
 
 
 def clean_latex(text: str) -> str:

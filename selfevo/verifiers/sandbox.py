@@ -31,6 +31,7 @@ in-process attacker, whose reach is still bounded by layers 1-2.
 """
 from __future__ import annotations
 
+import builtins
 import io
 import json
 import os
@@ -45,6 +46,8 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from math import isinf as _isinf
+from math import pow as _pow
 from typing import Any
 
 HARNESS_PATH = os.path.abspath(__file__)
@@ -507,6 +510,7 @@ def _captured_text(stream: io.TextIOWrapper) -> str:
 
 def _child_main() -> None:
     """Entry point of the sandboxed process."""
+    _snapshot_builtins()
     config = pickle.loads(sys.stdin.buffer.read())
     _detach_stdin()
     nonce, fd = config.pop("nonce"), config["result_fd"]
@@ -519,6 +523,12 @@ def _child_main() -> None:
     _run_all(config, state, emit)
     emit({"t": "done", "n": len(config["steps"])})
     os._exit(0)
+
+
+def _snapshot_builtins() -> None:
+    """Copy the builtins into this module's globals, so code under test rebinding ``builtins.bool`` (say) cannot
+    change how the harness compares results."""
+    globals().update({name: value for name, value in vars(builtins).items() if not name.startswith("__")})
 
 
 def _detach_stdin() -> None:
@@ -560,7 +570,7 @@ def _isolate(config: dict) -> dict:
     if config["jail"] and os.geteuid() == 0 and config["uid"] is not None:
         _root_isolation(config, iso)
     elif config["jail"]:
-        iso["netns"] = _try(iso, "user+net namespace", lambda: _unshare(_CLONE_NEWUSER | _CLONE_NEWNET))
+        iso["netns"] = _try(iso, "user+net namespace", _enter_user_namespace)
     _set_rlimits(config["limits"], iso["uid"] is not None)
     os.chdir(config["workdir"])  # again: after the jail the work dir is a new (writable) mount
     sys.path.insert(0, config["workdir"])
@@ -576,6 +586,15 @@ def _root_isolation(config: dict, iso: dict) -> None:
     if iso["jail"] or _paths_world_readable(_needed_paths()):
         if _try(iso, "uid drop", lambda: _drop_to(config["uid"])):
             iso["uid"] = config["uid"]
+
+
+def _enter_user_namespace() -> None:
+    """Unprivileged: new user and network namespaces, mapping our own uid/gid so files stay ours."""
+    uid, gid = os.getuid(), os.getgid()
+    _unshare(_CLONE_NEWUSER | _CLONE_NEWNET)
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as fh:
+            fh.write(text)
 
 
 def _drop_to(uid: int) -> None:
@@ -614,8 +633,8 @@ def _unshare(flags: int) -> None:
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: None if s is None else s.encode())
-    _check(_libc().mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+    args = [None if s is None else s.encode() for s in (source, target, fstype)]
+    _check(_libc().mount(*args, flags, None if data is None else data.encode()), f"mount {target}")
 
 
 def _build_jail(workdir: str, stash: str, iso: dict) -> None:
@@ -731,7 +750,6 @@ def _forget_ctypes() -> None:
 
 def _install_guard(workdir: str, state: _HarnessState) -> None:
     """Patch process creation, signals to others, sockets, ctypes and out-of-dir writes to raise."""
-    import builtins
     import posix
 
     _deny_process_functions(os, posix)
@@ -807,7 +825,7 @@ def _guard_writes(workdir: str, state: _HarnessState, builtins_module, posix_mod
         if dir_fd is not None and not os.path.isabs(target):
             target = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), target)
         resolved = os.path.realpath(target)
-        return resolved == root or resolved.startswith(root + os.sep)
+        return resolved in (root, os.devnull) or resolved.startswith(root + os.sep)
 
     def refuse(path):
         raise PermissionError(f"writing outside the sandbox directory is not allowed: {os.fsdecode(path)}")
@@ -1058,18 +1076,47 @@ def _children(value) -> list:
     return []
 
 
+_BENIGN_DUNDERS = frozenset({
+    "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__slots__", "__init__", "__new__",
+    "__repr__", "__str__", "__format__", "__init_subclass__", "__annotations__", "__match_args__", "__getnewargs__",
+    "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__", "__sizeof__", "__class_getitem__", "__orig_bases__",
+    "__parameters__", "__firstlineno__", "__static_attributes__"})
+
+
 def _foreign_type(value, trusted: set, budget: int = 1_000_000) -> str:
-    """Name of the first type in ``value`` that Python code could have defined (and so could fake ``==``)."""
-    stack = [value]
+    """Describe the first object in ``value`` whose class overrides behaviour in Python code, else "".
+
+    A class counts as foreign when some heap class in its MRO defines a special method (``__eq__``, ``__iter__``,
+    ``__len__``, ...) that is not that class's own C-level slot: a Python function, a lambda, or another
+    class's slot (``__eq__ = int.__ne__``). That is how a returned object could fake equality. C types (built-in
+    or extension, e.g. ``re.Match``), plain subclasses that override nothing relevant (namedtuples) and types
+    occurring in the expected value are accepted.
+    """
+    stack, verdicts = [value], {}
     while stack and budget > 0:
         item = stack.pop()
         budget -= 1
         kind = type(item)
         if kind not in trusted and kind.__flags__ & _HEAPTYPE:
-            return kind.__name__
+            if kind not in verdicts:
+                verdicts[kind] = _python_override(kind)
+            if verdicts[kind]:
+                return f"{kind.__name__} (it overrides {verdicts[kind]})"
         if getattr(getattr(item, "dtype", None), "hasobject", False):
             return "an object array"
         stack.extend(_children(item))
+    return ""
+
+
+def _python_override(cls: type) -> str:
+    """``Class.__name__`` of the first special method a heap class in ``cls.__mro__`` defines in Python, or ""."""
+    for klass in cls.__mro__:
+        if not klass.__flags__ & _HEAPTYPE:
+            continue
+        for name, attr in vars(klass).items():
+            if (name.startswith("__") and name.endswith("__") and name not in _BENIGN_DUNDERS
+                    and getattr(attr, "__objclass__", None) is not klass):
+                return f"{klass.__name__}.{name}"
     return ""
 
 
@@ -1116,14 +1163,28 @@ def _special_match(out, expected, mode: str, compare: dict, atol: float):
 
 
 def _close(out, expected, atol: float) -> bool:
-    """``np.allclose(out, expected, rtol=1e-7, atol)`` after EvalPlus's type and length checks."""
+    """``np.allclose(out, expected, rtol=1e-7, atol)`` after EvalPlus's type and length checks.
+
+    Written in Python rather than calling numpy, so code under test cannot monkey-patch the comparison.
+    """
     if type(out) is not type(expected):
         return False
-    if isinstance(expected, (list, tuple)) and len(out) != len(expected):
-        return False
-    import numpy
+    return _allclose(out, expected, atol, 1e-07)
 
-    return bool(numpy.allclose(out, expected, rtol=1e-07, atol=atol))
+
+def _allclose(a, b, atol: float, rtol: float) -> bool:
+    """Element-wise ``|a - b| <= atol + rtol * |b|`` over equal-shaped nested lists/tuples of numbers."""
+    if isinstance(b, (list, tuple)):
+        return (isinstance(a, (list, tuple)) and len(a) == len(b)
+                and all(_allclose(x, y, atol, rtol) for x, y in zip(a, b)))
+    numbers = (int, float, complex)
+    if not (isinstance(a, numbers) and isinstance(b, numbers)):
+        return False
+    if isinstance(a, complex) or isinstance(b, complex):
+        return abs(a - b) <= atol + rtol * abs(b)
+    if _isinf(a) or _isinf(b):
+        return a == b
+    return abs(a - b) <= atol + rtol * abs(b)
 
 
 def _is_floats(value) -> bool:
@@ -1137,15 +1198,11 @@ def _is_floats(value) -> bool:
 
 def _poly(coefficients: list, x: float) -> float:
     """Value of the polynomial with ``coefficients`` (lowest degree first) at ``x``."""
-    import math
-
-    return sum(c * math.pow(x, i) for i, c in enumerate(coefficients))
+    return sum(c * _pow(x, i) for i, c in enumerate(coefficients))
 
 
 def _run_io(step: dict, code, seconds: float, state: _HarnessState) -> tuple[bool, str]:
     """Run the program as ``__main__`` on the step's stdin and compare its stdout."""
-    import builtins
-
     if code is None:
         return False, "program does not compile"
     out = _capture(max(state.limits["output_bytes"], 4 * len(step["output"])))

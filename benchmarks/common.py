@@ -1,0 +1,71 @@
+"""Shared bits of the benchmark scripts: peak memory of a process tree, result files, prompts."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+RESULTS = Path(__file__).parent / "results"
+
+
+class PeakRSS:
+    """Samples the resident memory of this process plus its children (vLLM workers) until stopped."""
+
+    def __init__(self, every: float = 0.1):
+        self.every, self.peak, self._stop = every, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> int:
+        me = psutil.Process()
+        total = me.memory_info().rss
+        for child in me.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._sample())
+            time.sleep(self.every)
+
+    def __enter__(self) -> "PeakRSS":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def gib(self) -> float:
+        return round(self.peak / 2**30, 3)
+
+
+def machine() -> dict:
+    import torch
+
+    return {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
+            "torch": torch.__version__}
+
+
+def save(name: str, result: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(result)
+    print(line)
+    (RESULTS / f"{name}.json").write_text(line + "\n")
+
+
+def gsm8k_prompts(n: int, data_root: str = "../shared/data") -> list[str]:
+    """The first ``n`` GSM8K test questions (falls back to synthetic arithmetic if the file is absent)."""
+    path = Path(data_root) / "gsm8k" / "test.jsonl"
+    if path.exists():
+        rows = [json.loads(x) for x in path.read_text().splitlines()[:n]]
+        return [r["question"] for r in rows]
+    return [f"What is {i} times {i + 7}? Explain step by step." for i in range(n)]
