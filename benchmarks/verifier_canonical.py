@@ -107,6 +107,7 @@ def run_benchmark(name: str, cases: list[tuple[Task, str]], workers: int,
     else:
         summary["failures"] = [r["id"] for r in failures]
         summary["failure_reasons"] = {r["id"]: r["reason"][:300] for r in failures}
+    summary.update(overhead(records))
     summary["seconds"] = round(time.monotonic() - start, 1)
     print(f"[{name}] pass rate {summary['pass_rate']} ({summary['tasks']} tasks, {summary['tests']} tests, "
           f"{summary['seconds']} s)", file=sys.stderr)

@@ -14,7 +14,13 @@ NAME = "selfevo_gqa"
 
 
 def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """query [B, H, q, D], key/value [B, kvH, T, D], mask bool [B, 1, q, T] (True = attend) or None."""
+    """query [B, H, q, D], key/value [B, kvH, T, D], mask bool [B, 1, q, T] (True = attend) or None.
+
+    Long queries (prefill, training) go to PyTorch's fused SDPA, which is the fast path there; single-token decode
+    steps use the grouped matmuls below.
+    """
+    if query.shape[2] > 1 and not kwargs.get("softcap"):
+        return _sdpa(module, query, key, value, attention_mask, scaling, dropout)
     b, h, q, d = query.shape
     kvh, t = key.shape[1], key.shape[2]
     g = h // kvh
@@ -25,12 +31,21 @@ def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropo
     if softcap:
         scores = torch.tanh(scores / softcap) * softcap
     if attention_mask is not None:
+        if attention_mask.shape[-1] < t:  # a growing KV cache hands over spare capacity: those keys are masked
+            attention_mask = torch.nn.functional.pad(attention_mask, (0, t - attention_mask.shape[-1]), value=False)
         # finite fill: a fully masked row (a left-padding query) gets a harmless uniform row instead of NaN
         scores = scores.masked_fill(~attention_mask.unsqueeze(1), torch.finfo(scores.dtype).min)
     probs = torch.softmax(scores, dim=-1).to(value.dtype)
     if dropout and module.training:
         probs = torch.nn.functional.dropout(probs, p=dropout)
     out = torch.matmul(probs.view(b, kvh, g * q, t), value).view(b, h, q, d)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _sdpa(module, query, key, value, attention_mask, scaling, dropout):
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout if module.training else 0.0, scale=scaling,
+        enable_gqa=key.shape[1] != query.shape[1])
     return out.transpose(1, 2).contiguous(), None
 
 

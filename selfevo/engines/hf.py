@@ -74,6 +74,11 @@ def _nucleus(probs: torch.Tensor, top_p: torch.Tensor, u: torch.Tensor) -> torch
     return order.gather(-1, _inverse_cdf(sorted_p, u).unsqueeze(-1)).squeeze(-1)
 
 
+def _softcap(logits: torch.Tensor, config) -> torch.Tensor:
+    cap = getattr(config, "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
 def left_pad(prompts: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
@@ -136,9 +141,8 @@ class HFEngine:
         top_ps = torch.tensor([r.request.sampling.top_p for r in rows])
         limit = max(r.request.sampling.max_new_tokens for r in rows)
         with ctx:
-            cache = None
             net = bb.causal_lm
-            logits, cache = self._forward(net, ids, attn, pos, cache)
+            logits, cache = self._forward(net, ids, attn, pos, growing_cache(net.config, ids.shape[1] + limit))
             for _ in range(limit):
                 u = torch.tensor([rows[i].rng.random() for i in live])
                 tokens, logps = sample_next(logits, temps, top_ps, u)
@@ -162,10 +166,11 @@ class HFEngine:
 
     @staticmethod
     def _forward(net, ids, attn, pos, cache):
-        cache = cache if cache is not None else growing_cache(net.config)
-        out = net(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True,
-                  logits_to_keep=1)
-        return out.logits[:, -1, :], out.past_key_values
+        """Last-position logits [B, V]. The head runs on a contiguous [B, H] slice: ``logits_to_keep`` hands it a
+        strided 3-D view, for which ``matmul`` copies the whole vocabulary matrix once per row."""
+        out = net.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True)
+        logits = net.get_output_embeddings()(out.last_hidden_state[:, -1, :].contiguous())
+        return _softcap(logits, net.config), out.past_key_values
 
     @staticmethod
     def _record(rows, live, tokens, logps, stops, tok) -> None:

@@ -1,8 +1,11 @@
 """A KV cache for the HF engine that grows by doubling instead of concatenating at every step.
 
 transformers' ``DynamicLayer`` runs ``torch.cat`` over the whole cache for every new token: at batch 32 that copy
-cost more than all the attention maths of a SmolLM2 decode step. ``GrowingLayer`` writes each step into spare
-capacity and hands attention a view of the filled part.
+cost more than all the attention maths of a SmolLM2 decode step. ``GrowingLayer`` writes each step into spare,
+zero-initialised capacity and hands attention the *whole* buffer: a view of the filled part would be
+non-contiguous and get copied by every attention matmul. Attention therefore sees more keys than the mask covers;
+:func:`selfevo.attention.gqa_attention` treats keys past the mask as masked out (they are zeros, never NaN).
+So this cache is only for models whose attention is ``selfevo_gqa``.
 """
 from __future__ import annotations
 
@@ -14,28 +17,32 @@ from transformers.cache_utils import DynamicLayer
 class GrowingLayer(DynamicLayer):
     _buf: tuple[torch.Tensor, torch.Tensor] | None = None
     _len: int = 0
+    reserve: int = 0
 
     def update(self, key_states, value_states, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         n = key_states.shape[-2]
         if self._buf is None or self._len + n > self._buf[0].shape[-2]:
-            self._grow(key_states, value_states, 2 * (self._len + n))
+            self._grow(key_states, value_states, max(2 * (self._len + n), self.reserve))
         for buf, new in zip(self._buf, (key_states, value_states)):
             buf[..., self._len:self._len + n, :].copy_(new)
+        first = self._len == 0
         self._len += n
         self._expose()
+        if first:  # prefill: exactly the new keys (contiguous, no spare capacity for a long query to sweep)
+            return key_states, value_states
         return self.keys, self.values
 
     def _grow(self, k: torch.Tensor, v: torch.Tensor, capacity: int) -> None:
-        new = tuple(x.new_empty(*x.shape[:-2], capacity, x.shape[-1]) for x in (k, v))
+        new = tuple(x.new_zeros(*x.shape[:-2], capacity, x.shape[-1]) for x in (k, v))
         if self._buf is not None:
             for dst, src in zip(new, self._buf):
                 dst[..., :self._len, :].copy_(src[..., :self._len, :])
         self._buf = new
 
     def _expose(self) -> None:
-        self.keys, self.values = (b[..., :self._len, :] for b in self._buf)
+        self.keys, self.values = self._buf  # whole buffers: contiguous (see the module docstring)
 
     def get_seq_length(self) -> int:
         return self._len
@@ -46,10 +53,18 @@ class GrowingLayer(DynamicLayer):
             self._expose()
 
 
-def growing_cache(config) -> DynamicCache:
-    """A ``DynamicCache`` whose full-attention layers grow in place (sliding-window layers stay as they are)."""
+def growing_cache(config, capacity: int = 0) -> DynamicCache:
+    """A ``DynamicCache`` whose full-attention layers grow in place (sliding-window layers stay as they are).
+
+    ``capacity``: tokens to reserve up front (prompt + new tokens), so the buffers never need to grow.
+    """
+    from selfevo.attention import NAME
+
     cache = DynamicCache(config=config)
+    if getattr(config, "_attn_implementation", None) != NAME:
+        return cache
     for layer in cache.layers:
         if type(layer) is DynamicLayer:
             layer.__class__ = GrowingLayer
+            layer.reserve = capacity
     return cache

@@ -4,9 +4,10 @@ The program is the last fenced code block (```` ```python ```` preferred, then a
 rest of an unterminated final fence, or the raw response. Tests come from the task, in any combination:
 
 * ``task.tests``: Python test code. Each top-level statement containing an ``assert`` is one test, as is a call
-  of a test function defined there; ``def test_*`` functions and ``Test*`` classes are pytest-style tests (with
-  ``pytest.mark.parametrize``); HumanEval's ``def check(candidate)`` is split into one test per assert of its
-  body, with ``candidate`` bound to ``task.entry_point``. Everything else is setup.
+  of a test function defined there; ``def test_*`` functions and ``Test*`` classes are pytest-style tests (a
+  ``pytest.mark.parametrize`` function counts as one test; fixtures are not supported); HumanEval's
+  ``def check(candidate)`` is split into one test per assert of its body, with ``candidate`` bound to
+  ``task.entry_point``. Everything else is setup.
 * ``task.meta["io"]``: ``[{"input", "output"}]`` stdin/stdout cases (whitespace-tolerant comparison).
 * ``task.meta["calls"]``: ``{"target": "Solution().f", "cases": [{"args": [...], "expected": ...}]}``
   (LiveCodeBench functional tests, compared after JSON normalisation).

@@ -1,0 +1,42 @@
+"""Inference setups (MASLab-style baselines and prompt-only MAESTRO) in the ``SETUPS`` registry.
+
+>>> from selfevo.setups import run_setup
+>>> run = run_setup("debate", tasks, engine, SamplingParams(max_new_tokens=256, temperature=0.5))
+>>> run.results[0].final_response, run.results[0].extracted, run.metrics, run.steps
+
+Registered: ``vanilla``, ``consistency``, ``autogen``, ``debate``, ``maestro_select`` (see each module). Every
+setup batches all generations of one step, across all tasks, into one ``engine.generate`` call.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from selfevo.setups.base import (SETUPS, Setup, SetupError, SetupRun, TaskResult, Turn, Vote, answer_equivalence,
+                                 coerce_option, majority_vote, normalize_answer, option_names, request_seed)
+from selfevo.setups import vanilla, consistency, autogen, debate, maestro  # noqa: E402,F401,I001  (registers)
+from selfevo.setups.maestro import Selection, coverage_identification, parse_selection
+from selfevo.types import SamplingParams, Task
+
+
+def setup_names() -> list[str]:
+    return SETUPS.names()
+
+
+def make_setup(name: str, engine, sampling: SamplingParams, agents: Sequence[str | None] | None = None,
+               seed: int = 0, verifier: Callable | None = None, progress: Callable[[str], None] | None = None,
+               **options: Any) -> Setup:
+    """The setup registered as ``name`` (one-line errors for unknown names and options)."""
+    return SETUPS.get(name)(engine, sampling, agents=agents, seed=seed, verifier=verifier, progress=progress,
+                            **options)
+
+
+def run_setup(name: str, tasks: Sequence[Task], engine, sampling: SamplingParams,
+              agents: Sequence[str | None] | None = None, seed: int = 0, verifier: Callable | None = None,
+              progress: Callable[[str], None] | None = None, **options: Any) -> SetupRun:
+    """Run setup ``name`` on ``tasks``: per-task results, setup metrics, and the number of engine calls."""
+    return make_setup(name, engine, sampling, agents, seed, verifier, progress, **options).run(tasks)
+
+
+__all__ = ["SETUPS", "Selection", "Setup", "SetupError", "SetupRun", "TaskResult", "Turn", "Vote",
+           "answer_equivalence", "coerce_option", "coverage_identification", "make_setup", "majority_vote",
+           "normalize_answer", "option_names", "parse_selection", "request_seed", "run_setup", "setup_names"]
