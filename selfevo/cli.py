@@ -101,11 +101,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
+    from selfevo.checkpoint import CheckpointError
     from selfevo.config import ConfigError
     from selfevo.models import ModelError
     from selfevo.registry import RegistryError
+    from selfevo.tasks import TaskDataError
 
-    return (ConfigError, ModelError, RegistryError, FileNotFoundError)
+    return (ConfigError, ModelError, RegistryError, CheckpointError, TaskDataError, FileNotFoundError)
 
 
 if __name__ == "__main__":

@@ -21,5 +21,6 @@ class Recipe:
 RECIPES: Registry[Recipe] = Registry("recipe")
 for _r in (
     Recipe("demo", "selfevo.algorithms.demo", "several agents (LoRA adapters) answer questions in one batch"),
+    Recipe("comas", "selfevo.algorithms.comas", "CoMAS: discussion → zero-sum interaction rewards → REINFORCE++"),
 ):
     RECIPES.register(_r.name)(_r)

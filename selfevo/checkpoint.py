@@ -1,0 +1,73 @@
+"""Resumable checkpoints of a run: adapters (PEFT format), optimizer states, step, RNG states, recipe state.
+
+Written to ``<run>/checkpoint.tmp`` and renamed over ``<run>/checkpoint`` only when complete, so a crash while
+saving leaves the previous checkpoint intact. A damaged checkpoint is a one-line :class:`CheckpointError`.
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from selfevo.policy import PolicyStore
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+def rng_states() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_states(states: dict) -> None:
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+
+
+def save(run_dir: str | Path, store: PolicyStore, step: int, state: dict | None = None) -> Path:
+    run = Path(run_dir)
+    tmp, final = run / "checkpoint.tmp", run / "checkpoint"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for agent in store.agents():
+        store.save_adapter(agent, tmp / "adapters" / agent)
+    optim = {a: o.state_dict() for a, o in store.optimizers.items()}
+    torch.save({"optim": optim, "rng": rng_states(), "versions": store.versions}, tmp / "trainer.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, **(state or {})}))
+    old = run / "checkpoint.old"
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def exists(run_dir: str | Path) -> bool:
+    return (Path(run_dir) / "checkpoint" / "state.json").exists()
+
+
+def load(run_dir: str | Path, store: PolicyStore) -> dict:
+    """Restore adapters, optimizers, versions and RNG states into ``store``; returns the saved state dict."""
+    ckpt = Path(run_dir) / "checkpoint"
+    try:
+        state = json.loads((ckpt / "state.json").read_text())
+        trainer = torch.load(ckpt / "trainer.pt", weights_only=False)
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"no checkpoint in '{run_dir}' ({Path(exc.filename).name} missing)") from None
+    except Exception as exc:  # truncated or corrupt files
+        raise CheckpointError(f"checkpoint in '{run_dir}' is damaged: {type(exc).__name__}: {exc}") from None
+    missing = sorted(set(store.agents()) - set(p.name for p in (ckpt / "adapters").iterdir()))
+    if missing:
+        raise CheckpointError(f"checkpoint in '{run_dir}' has no adapter for agents {missing}")
+    for agent in store.agents():
+        store.load_adapter(agent, ckpt / "adapters" / agent)
+    for agent, opt_state in trainer["optim"].items():
+        store.optimizer(agent).load_state_dict(opt_state)
+    store.versions.update(trainer["versions"])
+    set_rng_states(trainer["rng"])
+    return state

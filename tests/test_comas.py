@@ -1,0 +1,136 @@
+"""CoMAS: protocol shape and batching with a scripted engine, Eq. 7-8 rewards on transcripts, the ablations,
+the released-code semantics, and the recipe end to end (2 steps, resume adds exactly one, same RNG stream)."""
+import json
+import random
+
+import pytest
+
+from selfevo import cli
+from selfevo.algorithms import comas
+from selfevo.types import Completion, Task
+
+
+class ScriptedEngine:
+    """Answers each generate call with texts from a script function of (call index, request index)."""
+
+    def __init__(self, script):
+        self.script, self.calls = script, []
+
+    def generate(self, requests):
+        call = len(self.calls)
+        self.calls.append(requests)
+        return [Completion(r, [1, 2], [3, 4], [-0.1, -0.2], self.script(call, i, r), "stop")
+                for i, r in enumerate(requests)]
+
+
+TASKS = [Task("t0", "math", "What is 1+1?", "2"), Task("t1", "math", "What is 2+3?", "5")]
+
+
+def discussion(engine, variant="full", semantics="paper", **proto):
+    cfg = comas.ProtocolCfg(variant=variant, semantics=semantics, **proto)
+    d = comas.Discussion(engine, comas.make_roles(cfg), ["a0", "a1", "a2"], random.Random(0), None, cfg,
+                         comas.RewardCfg())
+    return d, comas.PROTOCOLS[semantics]
+
+
+def test_paper_protocol_batches_each_phase_and_rewards_eq7_8():
+    scores = {2: ["<score>3</score>", "<score>1</score>"], 5: ["<score>2</score>", "garbage"]}
+    eng = ScriptedEngine(lambda c, i, r: scores.get(c, [f"text {c}.{i}"] * 2)[i])
+    d, proto = discussion(eng, rounds=2, evaluations=1)
+    eps = proto(d, TASKS)
+    assert len(eng.calls) == 6 and all(len(c) == 2 for c in eng.calls)  # 3 phases × 2 rounds, tasks batched
+    roles = [t.role for t in eps[0].turns]
+    assert roles == ["solver", "evaluator", "scorer"] * 2
+    s, e, sc = eps[0].turns[:3]
+    assert (s.reward, e.reward, sc.reward) == (1.0, 0.0, 0.0)  # τ=3: r(s)=(3-1)/2, r(e)=1-r(s), scorer parsed → 0
+    s, e, sc = eps[1].turns[:3]
+    assert (s.reward, e.reward, sc.reward) == (0.0, 1.0, 0.0)  # τ=1
+    s, e, sc = eps[0].turns[3:]
+    assert (s.reward, e.reward) == (0.5, 0.5)  # τ=2
+    s, e, sc = eps[1].turns[3:]
+    assert (s.reward, e.reward, sc.reward) == (None, None, -1.0)  # parse failure: masked, scorer penalised
+
+
+def test_scorer_never_sees_history_and_second_solver_does():
+    eng = ScriptedEngine(lambda c, i, r: f"UNIQUE-{c}-{i}" if c % 3 == 0 else "<score>2</score>")
+    d, proto = discussion(eng, rounds=2, evaluations=1)
+    proto(d, TASKS[:1])
+    second_solver_prompt = eng.calls[3][0].messages[-1]["content"]
+    assert "UNIQUE-0-0" in second_solver_prompt  # round-1 solution is in round-2 history
+    scorer_prompt = eng.calls[5][0].messages[-1]["content"]
+    assert "UNIQUE-0-0" not in scorer_prompt and "UNIQUE-3-0" in scorer_prompt  # only its own solution
+
+
+def test_zero_on_parse_failure_option():
+    eng = ScriptedEngine(lambda c, i, r: "no score here")
+    d, proto = discussion(eng, rounds=1)
+    d.reward = comas.RewardCfg(on_parse_failure="zero")
+    eps = proto(d, TASKS[:1])
+    assert [t.reward for t in eps[0].turns] == [0.0, 0.0, -1.0]
+
+
+def test_without_evaluation_judges_directly():
+    eng = ScriptedEngine(lambda c, i, r: "sol" if c == 0 else "<score>3</score>")
+    d, proto = discussion(eng, variant="without_evaluation", rounds=1)
+    eps = proto(d, TASKS)
+    assert len(eng.calls) == 2 and [t.role for t in eps[0].turns] == ["solver", "judge"]
+    assert [t.reward for t in eps[0].turns] == [1.0, 0.0]
+
+
+def test_without_scoring_support_ratio_and_agreement():
+    verdicts = ["<judgment>correct</judgment>", "<judgment>incorrect</judgment>", "<judgment>correct</judgment>"]
+    eng = ScriptedEngine(lambda c, i, r: "sol" if c == 0 else verdicts[i % 3])
+    d, proto = discussion(eng, variant="without_scoring", rounds=1, evaluations=3)
+    eps = proto(d, TASKS[:1])
+    turns = eps[0].turns
+    assert turns[0].reward == pytest.approx(2 / 3)  # 2 of 3 verdicts support the solution
+    assert [t.reward for t in turns[1:]] == [0.5, 0.0, 0.5]  # agreement with the other two verdicts
+
+
+def test_released_semantics_all_agents_solve_with_balanced_judging():
+    eng = ScriptedEngine(lambda c, i, r: "<score>2</score>" if c % 3 == 2 else f"x{c}{i}")
+    d, proto = discussion(eng, semantics="released", rounds=2, evaluations=1)
+    eps = proto(d, TASKS)
+    assert len(eng.calls[0]) == 2 * 3  # every agent solves every task
+    evaluators = [r.agent for r in eng.calls[1]]
+    assert sorted(evaluators) == sorted(["a0", "a1", "a2"] * 2)  # round-robin: each agent judges equally often
+    assert all(e != s for e, s in zip(evaluators, [r.agent for r in eng.calls[0]]))
+    assert len(eps[0].turns) == 2 * 3 * 3
+
+
+def test_task_batch_is_a_pure_function_of_the_step():
+    tasks = [Task(str(i), "math", "q", "1") for i in range(5)]
+    a = [t.id for s in range(4) for t in comas.task_batch(tasks, s, 3, seed=1)]
+    b = [t.id for s in range(4) for t in comas.task_batch(tasks, s, 3, seed=1)]
+    assert a == b and sorted(a[:5]) == [str(i) for i in range(5)]  # first epoch is a permutation
+
+
+def _run(out, *extra):
+    return cli.main(["run", "comas", "model.backbones=[tiny-random]", "agents=2", "trainer.tasks_per_step=2",
+                     "sampling.max_new_tokens=6", "data.n_math=8", "data.n_code=2", "data.n_science=2",
+                     "model.dtype=float32", f"output_dir={out}", *extra])
+
+
+def test_recipe_two_steps_then_resume_adds_exactly_one(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run(out, "trainer.max_steps=2") == 0
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [0, 1]
+    assert (out / "adapters" / "step_1" / "agent0" / "adapter_config.json").exists()
+    assert _run(out, "trainer.max_steps=3") == 2  # an existing run is never overwritten silently
+    assert "resume=true" in capsys.readouterr().err
+    assert _run(out, "trainer.max_steps=3", "resume=true") == 0
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2]
+    # the resumed step equals the same step of an uninterrupted run (same data order and RNG stream)
+    ref = tmp_path / "ref"
+    assert _run(ref, "trainer.max_steps=3") == 0
+    last = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()][-2:]
+    want = [json.loads(x) for x in (ref / "episodes.jsonl").read_text().splitlines()][-2:]
+    assert [e["task_id"] for e in last] == [e["task_id"] for e in want]
+    assert [[t["text"] for t in e["turns"]] for e in last] == [[t["text"] for t in e["turns"]] for e in want]
+
+
+def test_resume_without_checkpoint_is_one_line_error(tmp_path, capsys):
+    assert _run(tmp_path / "nothing", "resume=true") == 2
+    assert "no checkpoint" in capsys.readouterr().err
