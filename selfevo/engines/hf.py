@@ -16,6 +16,7 @@ import torch
 from selfevo.engines.base import ENGINES, render_prompt, truncate_at_stop
 from selfevo.engines.kvcache import growing_cache
 from selfevo.engines.multilora import MultiLoRA
+from selfevo.engines.packed import PackedLinears
 from selfevo.types import Completion, Request
 
 
@@ -45,9 +46,13 @@ def sample_next(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
     Returns (tokens [B], log-probs of those tokens under the unscaled distribution [B]).
     """
     logits = logits.float()
-    logp_raw = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
     greedy = temps <= 0
-    probs = torch.softmax(logits / temps.clamp(min=1e-6).unsqueeze(-1), dim=-1)
+    peak = logits.max(-1, keepdim=True).values
+    unit = bool((temps == 1.0).all())
+    scaled = torch.exp(logits - peak) if unit else torch.exp((logits - peak) / temps.clamp(min=1e-6).unsqueeze(-1))
+    mass = scaled.sum(-1, keepdim=True)
+    lse = peak + torch.log(mass if unit else torch.exp(logits - peak).sum(-1, keepdim=True))
+    probs = scaled / mass  # sampling distribution at each row's temperature (unnormalised is fine for the CDF)
     tokens = torch.empty(logits.shape[0], dtype=torch.long)
     nucleus = (top_ps < 1.0) & ~greedy
     plain = ~greedy & ~nucleus
@@ -57,7 +62,7 @@ def sample_next(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
         tokens[plain] = _inverse_cdf(probs[plain], u[plain])
     if nucleus.any():
         tokens[nucleus] = _nucleus(probs[nucleus], top_ps[nucleus], u[nucleus])
-    return tokens, logp_raw.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return tokens, (logits.gather(-1, tokens.unsqueeze(-1)) - lse).squeeze(-1)
 
 
 def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -93,8 +98,9 @@ def left_pad(prompts: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, t
 class HFEngine:
     """``HFEngine(store)`` generates with the store's backbones and adapters (see :class:`PolicyStore`)."""
 
-    def __init__(self, store, max_batch: int = 64, compact_below: float = 0.75):
+    def __init__(self, store, max_batch: int = 64, compact_below: float = 0.75, packed: bool = True):
         self.store = store
+        self.packed = packed  # prepacked oneDNN matmuls for frozen bf16 linears when vLLM's CPU ops exist
         self.max_batch = max_batch
         self.compact_below = compact_below
 
@@ -136,11 +142,12 @@ class HFEngine:
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         adapters = [r.request.agent for r in rows]
         ctx = MultiLoRA(model, adapters) if bb.is_peft else nullcontext()
+        packed = PackedLinears(bb.causal_lm) if self.packed else nullcontext()
         live = list(range(len(rows)))  # rows[live[j]] is batch row j
         temps = torch.tensor([r.request.sampling.temperature for r in rows])
         top_ps = torch.tensor([r.request.sampling.top_p for r in rows])
         limit = max(r.request.sampling.max_new_tokens for r in rows)
-        with ctx:
+        with ctx, packed:
             net = bb.causal_lm
             logits, cache = self._forward(net, ids, attn, pos, growing_cache(net.config, ids.shape[1] + limit))
             for _ in range(limit):

@@ -18,6 +18,8 @@ from typing import Sequence
 
 import torch
 
+from selfevo.engines.packed import frozen_linear
+
 
 def lora_layers(model) -> list:
     from peft.tuners.lora import LoraLayer
@@ -44,6 +46,23 @@ def row_mask(row_adapters: Sequence[str | None], names: Sequence[str], ranks: li
     return mask
 
 
+class _Group:
+    """LoRA layers under one parent module (q/k/v/o, gate/up/down): their A matrices stacked, so layers fed the
+    same input tensor (q, k and v; gate and up) share one shrink matmul."""
+
+    def __init__(self, a: torch.Tensor, mask: torch.Tensor):
+        self.a_mm, self.mask = frozen_linear(a), mask
+        self.x: torch.Tensor | None = None
+        self.s: torch.Tensor | None = None
+
+    def shrink(self, x: torch.Tensor) -> torch.Tensor:
+        if self.x is not x:
+            s = self.a_mm(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], -1)
+            s.mul_(self.mask.view(self.mask.shape[0], *([1] * (s.dim() - 2)), self.mask.shape[1]))
+            self.x, self.s = x, s
+        return self.s
+
+
 class MultiLoRA:
     """Context manager: while open, row b of every forward of ``peft_model`` uses adapter ``row_adapters[b]``."""
 
@@ -52,38 +71,55 @@ class MultiLoRA:
         self.rows = list(row_adapters)
         self.names = sorted({a for a in self.rows if a is not None})
         self._stack = ExitStack()
-        self._masks: dict[tuple, list[torch.Tensor]] = {}  # one mutable holder per (ranks, scales, dtype)
+        self._groups: list[_Group] = []
 
     def __enter__(self) -> "MultiLoRA":
         self._stack.enter_context(self.model.disable_adapter())
         if not self.names:
             return self
-        masks = self._masks
-        for layer in lora_layers(self.model):
-            dtype = layer.get_base_layer().weight.dtype
-            a, b, ranks, scales = _stack(layer, self.names, dtype)
-            key = (tuple(ranks), tuple(scales), dtype)
-            if key not in masks:
-                masks[key] = [row_mask(self.rows, self.names, ranks, scales, dtype)]
-            handle = layer.register_forward_hook(_delta_hook(a, b, masks[key]))
-            self._stack.callback(handle.remove)
+        for members in _siblings(self.model).values():
+            self._hook_group(members)
         return self
 
+    def _hook_group(self, members: list) -> None:
+        stacks = [_stack(layer, self.names, layer.get_base_layer().weight.dtype) for layer in members]
+        masks = [row_mask(self.rows, self.names, ranks, scales, a.dtype) for a, _, ranks, scales in stacks]
+        group = _Group(torch.cat([a for a, *_ in stacks]), torch.cat(masks, dim=1))
+        self._groups.append(group)
+        start = 0
+        for layer, (a, b, _, _) in zip(members, stacks):
+            handle = layer.register_forward_hook(_delta_hook(group, start, start + a.shape[0], frozen_linear(b)))
+            self._stack.callback(handle.remove)
+            start += a.shape[0]
+
     def select(self, keep: torch.Tensor) -> None:
-        """Keep only the rows in ``keep`` (finished rows dropped from the batch), for every layer's mask."""
-        for holder in self._masks.values():
-            holder[0] = holder[0].index_select(0, keep)
+        """Keep only the rows in ``keep`` (finished rows dropped from the batch)."""
+        for g in self._groups:
+            g.mask, g.x, g.s = g.mask.index_select(0, keep), None, None
 
     def __exit__(self, *exc) -> None:
+        for g in self._groups:
+            g.x = g.s = None
         self._stack.close()
 
 
-def _delta_hook(a: torch.Tensor, b: torch.Tensor, holder: list[torch.Tensor]):
+def _siblings(model) -> dict[str, list]:
+    """LoRA layers grouped by parent module and input size/dtype, in module order."""
+    from peft.tuners.lora import LoraLayer
+
+    groups: dict[str, list] = {}
+    for name, m in model.named_modules():
+        if isinstance(m, LoraLayer):
+            base = m.get_base_layer().weight
+            groups.setdefault(f"{name.rpartition('.')[0]}|{base.shape[1]}|{base.dtype}", []).append(m)
+    return groups
+
+
+def _delta_hook(group: _Group, start: int, end: int, expand):
+    """output += (masked shrink of this layer's columns) @ B^T, in place."""
     def hook(module, args, output):
-        x, mask = args[0], holder[0]
-        shrink = torch.matmul(x, a.t())
-        rows = mask.shape[0]
-        m = mask.view(rows, *([1] * (shrink.dim() - 2)), mask.shape[1])
-        return output + torch.matmul(shrink * m, b.t())
+        part = group.shrink(args[0])[..., start:end]
+        output.view(-1, output.shape[-1]).add_(expand(part.reshape(-1, end - start)))
+        return output
 
     return hook

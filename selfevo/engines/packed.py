@@ -1,0 +1,71 @@
+"""Prepacked oneDNN matmuls for the frozen linear layers during CPU generation (when vLLM's CPU build is present).
+
+``torch.nn.functional.linear`` re-lays-out the weight on every call; vLLM's CPU build ships oneDNN GEMMs whose
+weights are packed once (``create_onednn_mm``). At decode shapes (32 rows × SmolLM2's layers) they are 1.4-1.8×
+faster. While :class:`PackedLinears` is open, every frozen bf16 ``nn.Linear`` of the model (the LoRA layers' base
+layers and the LM head) computes through its packed copy; the packed copies are made once per module and kept
+(+ one copy of the frozen weights in memory). Without vLLM, or for other dtypes, it changes nothing.
+"""
+from __future__ import annotations
+
+import importlib.util
+from contextlib import ExitStack
+
+import torch
+
+
+def onednn_ops():
+    """vLLM's custom CPU ops if they offer oneDNN GEMMs, else None."""
+    if importlib.util.find_spec("vllm") is None or torch.cuda.is_available():
+        return None
+    try:
+        from vllm import _custom_ops as ops
+    except Exception:  # a vLLM build without CPU kernels
+        return None
+    return ops if getattr(ops, "_supports_onednn", False) else None
+
+
+def _packed_forward(module: torch.nn.Linear, ops):
+    key = (module.weight.data_ptr(), module.weight._version)
+    if getattr(module, "_selfevo_packed_key", None) != key:
+        module._selfevo_packed = ops.create_onednn_mm(module.weight.detach().t(), 32)
+        module._selfevo_packed_key = key
+    handler, bias, n = module._selfevo_packed, module.bias, module.out_features
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return ops.onednn_mm(handler, x.reshape(-1, x.shape[-1]), bias).view(*x.shape[:-1], n)
+
+    return forward
+
+
+class PackedLinears:
+    """Context manager: frozen bf16 linears of ``model`` run through prepacked oneDNN GEMMs (see module doc)."""
+
+    def __init__(self, model):
+        self.model = model
+        self._stack = ExitStack()
+
+    def __enter__(self) -> "PackedLinears":
+        ops = onednn_ops()
+        if ops is None:
+            return self
+        for name, module in self.model.named_modules():
+            if type(module) is torch.nn.Linear and module.weight.dtype == torch.bfloat16 \
+                    and not module.weight.requires_grad and "lora_" not in name:
+                module.forward = _packed_forward(module, ops)
+                self._stack.callback(module.__dict__.pop, "forward", None)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+
+def frozen_linear(weight: torch.Tensor):
+    """``x2d -> x2d @ weight.T`` for a weight that stays fixed while the callable lives: a packed oneDNN GEMM for
+    bf16 on CPUs with vLLM's ops (about 2× faster than torch at LoRA's small shapes), else ``torch.matmul``."""
+    ops = onednn_ops() if weight.dtype == torch.bfloat16 else None
+    if ops is None:
+        wt = weight.t()
+        return lambda x: torch.matmul(x, wt)
+    handler = ops.create_onednn_mm(weight.t(), 32)
+    return lambda x: ops.onednn_mm(handler, x, None)
