@@ -7,7 +7,7 @@ Keys (``key=value``; lists as ``a,b`` or ``[a,b]``):
 
 * ``benchmark`` (required, list), ``setup`` (required, list: vanilla, consistency, autogen, debate, maestro_select)
 * ``model`` (default smollm2-135m-instruct), ``adapters`` (PEFT adapter folders, loaded as agents agent0, agent1,
-  ... in that order; default none: every agent is the base model), ``engine`` (hf | vllm), ``dtype`` (float32)
+  ... in that order; default none: every agent is the base model), ``engine`` (hf | vllm), ``dtype`` (bfloat16)
 * ``limit``, ``split`` (default: each benchmark's), ``data_root``, ``seed`` (0), ``output_dir`` (runs/eval)
 * ``temperature``, ``top_p`` (default: each setup's paper default, see ``selfevo.setups``), ``max_new_tokens``
   (256), ``max_batch`` (hf rows per forward, 64)
@@ -34,7 +34,7 @@ from selfevo.types import SamplingParams, Task
 
 DEFAULTS: dict[str, Any] = {
     "benchmark": None, "setup": None, "model": "smollm2-135m-instruct", "adapters": "", "engine": "hf",
-    "dtype": "float32", "limit": None, "split": None, "data_root": None, "seed": 0, "output_dir": "runs/eval",
+    "dtype": "bfloat16", "limit": None, "split": None, "data_root": None, "seed": 0, "output_dir": "runs/eval",
     "temperature": None, "top_p": None, "max_new_tokens": 256, "max_batch": 64,
 }
 INT_KEYS = ("limit", "seed", "max_new_tokens", "max_batch")

@@ -153,6 +153,6 @@ def test_bf16_fast_path_matches_peft(make_store):
         fast = torch.log_softmax(bb.causal_lm(input_ids=ids).logits[:, -1].float(), -1)
     for i, agent in enumerate(rows):
         ref = torch.log_softmax(peft_logits(store, agent, ids)[i, -1].float(), -1)
-        top = ref.topk(20).indices
-        assert (fast[i, top] - ref[top]).abs().max() < 0.15
+        kl = (ref.exp() * (ref - fast[i])).sum()  # bf16 logits are coarse (spacing 0.125 at 16): compare laws
+        assert kl < 0.02, kl
         assert fast[i].argmax() == ref.argmax()
