@@ -16,10 +16,13 @@ commands:
   selfevo ls                                   recipes, presets, models, engines
   selfevo run RECIPE [--preset P] key=value..  run a recipe (preset default: cpu); prints and saves the config
   selfevo verify --input IN --output OUT       score model responses with the verifiers (JSONL in, JSONL out)
+  selfevo eval benchmark=B setup=S [key=value]  evaluate agents on benchmarks × inference setups
   selfevo prepare [MODEL ...]                  build the local cache of built-in models (default: the embedded one)
 
 examples:
-  selfevo run demo
+  selfevo run comas
+  selfevo run comas trainer.max_steps=2 output_dir=runs/c1
+  selfevo eval benchmark=gsm8k setup=debate limit=50 output_dir=runs/eval
   selfevo run demo agents=8 engine.name=vllm sampling.max_new_tokens=64
 """
 
@@ -43,11 +46,13 @@ def _ls() -> int:
 
 
 def _ls_verifiers() -> None:
-    try:
-        from selfevo.verifiers import VERIFIERS
-    except ImportError:
-        return
-    print(f"verifiers: {', '.join(VERIFIERS.names())}")
+    from selfevo.setups import SETUPS
+    from selfevo.tasks import task_names
+    from selfevo.verifiers import verifier_names
+
+    print(f"verifiers: {', '.join(verifier_names())}")
+    print(f"benchmarks: {', '.join(task_names())}")
+    print(f"inference setups: {', '.join(SETUPS.names())}")
 
 
 def _run(argv: list[str]) -> int:
@@ -73,6 +78,12 @@ def _verify(argv: list[str]) -> int:
     return verify_main(argv)
 
 
+def _eval(argv: list[str]) -> int:
+    from selfevo.evaluation import main as eval_main
+
+    return eval_main(argv)
+
+
 def _prepare(argv: list[str]) -> int:
     from selfevo import models
 
@@ -81,7 +92,7 @@ def _prepare(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"ls": lambda argv: _ls(), "run": _run, "verify": _verify, "prepare": _prepare}
+COMMANDS = {"ls": lambda argv: _ls(), "run": _run, "verify": _verify, "eval": _eval, "prepare": _prepare}
 
 
 def main(argv: list[str] | None = None) -> int:
