@@ -16,11 +16,10 @@ class _ChosenLogProb(torch.autograd.Function):
         out = torch.empty(hidden.shape[0], dtype=torch.float32)
         probs = torch.empty(hidden.shape[0], weight.shape[0], dtype=hidden.dtype) if ctx.needs_input_grad[0] else None
         for s in range(0, hidden.shape[0], chunk):
-            logits = hidden[s:s + chunk] @ weight.t()
-            lse = torch.logsumexp(logits.float(), dim=-1)
-            out[s:s + chunk] = logits.gather(-1, targets[s:s + chunk, None]).squeeze(-1).float() - lse
+            logp = torch.log_softmax(hidden[s:s + chunk] @ weight.t(), dim=-1, dtype=torch.float32)  # fused upcast
+            out[s:s + chunk] = logp.gather(-1, targets[s:s + chunk, None]).squeeze(-1)
             if probs is not None:
-                probs[s:s + chunk] = torch.exp(logits.float() - lse[:, None]).to(hidden.dtype)
+                probs[s:s + chunk] = logp.exp_()
         ctx.save_for_backward(probs, weight, targets)
         return out
 

@@ -17,6 +17,7 @@ import torch
 
 from selfevo import models
 from selfevo.logprobs import chosen_logprobs
+from selfevo.lora_compute import ActivationDtypeLoRA
 from selfevo.types import Request
 
 
@@ -146,7 +147,8 @@ class PolicyStore:
                 yield bb
             return
         bb.model.set_adapter(agent)
-        yield bb
+        with ActivationDtypeLoRA(bb.model, agent):
+            yield bb
 
     def token_logprobs(self, agent: str | None, batch: SeqBatch, backbone: str | None = None) -> torch.Tensor:
         """[B, T] log π(token_t | tokens_<t) at ``loss_mask`` positions, 0 elsewhere. Grad flows if enabled.
