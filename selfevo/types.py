@@ -36,6 +36,7 @@ class Request:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int | None = None
     backbone: str | None = None  # which backbone serves it (heterogeneous agents); None = the engine's only one
+    prefix: str = ""  # text the assistant turn starts with (part of the prompt; not in the completion)
 
 
 @dataclass

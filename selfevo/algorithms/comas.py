@@ -14,6 +14,7 @@ evaluations of one solution are generated in parallel, each seeing the history u
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -48,6 +49,8 @@ class ProtocolCfg:
     evaluators_see_history: bool = True
     references: int = 2  # released: discussions of the previous round shown to each solver
     template_set: str = "paper"  # paper | released
+    score_prefix: str = ""  # start the scorer's/judge's answer with this (e.g. "<score>"); "" = paper behaviour
+    score_max_new_tokens: int = 0  # token limit of scorer/judge answers; 0 = sampling.max_new_tokens
 
 
 @dataclass
@@ -116,11 +119,16 @@ class Discussion:
     def ask(self, role: str, items: list[tuple[Episode, str, dict]], rnd: int) -> list[Turn]:
         """One engine call for all ``(episode, agent, context)`` items; turns are appended to their episodes."""
         r = self.roles[role]
-        reqs = [Request(agent, r.messages(ep.task, **ctx), self.sampling, seed=self.rng.getrandbits(31))
+        scoring = role in ("scorer", "judge")
+        prefix = self.cfg.score_prefix if scoring else ""
+        sampling = self.sampling
+        if scoring and self.cfg.score_max_new_tokens:
+            sampling = dataclasses.replace(sampling, max_new_tokens=self.cfg.score_max_new_tokens)
+        reqs = [Request(agent, r.messages(ep.task, **ctx), sampling, seed=self.rng.getrandbits(31), prefix=prefix)
                 for ep, agent, ctx in items]
         turns = []
         for (ep, agent, _), comp in zip(items, self.engine.generate(reqs)):
-            turn = Turn(agent, role, comp, r.parse(comp.text), round=rnd)
+            turn = Turn(agent, role, comp, r.parse(prefix + comp.text), round=rnd)
             ep.turns.append(turn)
             turns.append(turn)
         return turns

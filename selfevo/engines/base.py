@@ -22,10 +22,11 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
-def render_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    """Chat messages → prompt token ids through the backbone's chat template (generation prompt appended)."""
+def render_prompt(tokenizer, messages: list[dict[str, str]], prefix: str = "") -> list[int]:
+    """Chat messages → prompt token ids through the backbone's chat template (generation prompt appended), then
+    ``prefix``: the start of the assistant's answer, given rather than generated."""
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(text + prefix, add_special_tokens=False)["input_ids"]
 
 
 def truncate_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:

@@ -114,7 +114,7 @@ class HFEngine:
         out: list[Completion | None] = [None] * len(requests)
         for backbone, idxs in self._by_backbone(requests).items():
             bb = self.store.backbones[backbone]
-            prompts = {i: render_prompt(bb.tokenizer, requests[i].messages) for i in idxs}
+            prompts = {i: render_prompt(bb.tokenizer, requests[i].messages, requests[i].prefix) for i in idxs}
             order = sorted(idxs, key=lambda i: -len(prompts[i]))  # similar lengths share a batch
             for start in range(0, len(order), self.max_batch):
                 chunk = order[start:start + self.max_batch]

@@ -108,7 +108,7 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         tok = self.store.backbones[backbone].tokenizer
-        prompts = [render_prompt(tok, r.messages) for r in requests]
+        prompts = [render_prompt(tok, r.messages, r.prefix) for r in requests]
         loras = self._lora_requests(backbone, requests)
         outs = self._llm(backbone).generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
                                             [self._sampling(r) for r in requests], lora_request=loras,
