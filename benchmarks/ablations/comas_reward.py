@@ -28,11 +28,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--out", default="runs/ablations/comas_reward")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    ap.add_argument("--table-only", action="store_true", help="tabulate runs already in --out/<variant>")
     args, overrides = ap.parse_known_args()
     out = Path(args.out)
     rows = {}
     for name in args.variants:
-        run = run_variant("comas", out / name, [f"trainer.max_steps={args.steps}", *VARIANTS[name], *overrides])
+        run = out / name
+        if not args.table_only:
+            run_variant("comas", run, [f"trainer.max_steps={args.steps}", *VARIANTS[name], *overrides])
         rows[name] = read_metrics(run)
     md = table(rows)
     (out / "table.md").write_text(md + "\n")
