@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/agent_memory.py [--engine hf] [--agents 1 2 4 8]
 
 Each count runs in a fresh process: build the store with N agents (LoRA r=16 on all linear layers, one AdamW each),
-the engine, one rollout batch (8 prompts per agent × 64 tokens, all agents mixed), then one policy-gradient step per
-agent (so every optimizer has its state). Peak RSS covers the process and its children (vLLM workers).
+the engine, one rollout batch of the same size for every count (32 prompts × 64 tokens, spread over the agents,
+all mixed in one batch), then one policy-gradient step per agent (so every optimizer has its state). Keeping the
+workload fixed isolates what each extra agent costs (its adapter, gradients and AdamW state). Peak RSS covers the process and its children (vLLM workers).
 Keys: agents, peak_rss_gib, ratio_8_vs_1. Writes results/agent_memory.json.
 """
 from __future__ import annotations
@@ -35,8 +36,9 @@ def one(n_agents: int, engine_name: str) -> float:
         kwargs = {"dtype": "bfloat16", "max_loras": n_agents, "max_model_len": 2048} if engine_name == "vllm" else {}
         engine = make_engine(engine_name, store, **kwargs)
         sp = SamplingParams(max_new_tokens=64, temperature=1.0, ignore_eos=True)
-        prompts = gsm8k_prompts(8)
-        reqs = [Request(a, [{"role": "user", "content": p}], sp, seed=i) for a in agents for i, p in enumerate(prompts)]
+        prompts = gsm8k_prompts(32)
+        reqs = [Request(agents[i % n_agents], [{"role": "user", "content": p}], sp, seed=i)
+                for i, p in enumerate(prompts)]
         outs = engine.generate(reqs)
         for a in agents:
             mine = [o for o in outs if o.request.agent == a]
