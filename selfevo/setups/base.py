@@ -11,6 +11,7 @@ i-th participant to ``agents[i % len(agents)]``; each setup documents its own ma
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 import difflib
 import hashlib
@@ -215,7 +216,7 @@ class NoOptions:
     pass
 
 
-class Setup:
+class Setup(abc.ABC):
     """Base of every setup: ``Setup(engine, sampling, agents=None, seed=0, verifier=None, progress=None, **options)``
     then ``run(tasks) -> SetupRun``.
 
@@ -253,12 +254,13 @@ class Setup:
     def validate(self) -> None:
         """Check option values (raise SetupError)."""
 
+    @abc.abstractmethod
     def max_steps(self) -> int:
         """Engine calls this setup makes at most (for progress bars)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def solve(self, tasks: Sequence[Task]) -> list[TaskResult]:
-        raise NotImplementedError
+        """Every task's result; each generation step goes to the engine as one batched call."""
 
     def metrics(self, tasks: Sequence[Task], results: Sequence[TaskResult]) -> dict[str, Any]:
         return {}
