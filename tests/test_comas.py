@@ -87,6 +87,21 @@ def test_without_scoring_support_ratio_and_agreement():
     assert [t.reward for t in turns[1:]] == [0.5, 0.0, 0.5]  # agreement with the other two verdicts
 
 
+def test_prefixes_start_the_right_roles_answers_and_are_parsed():
+    # the engine returns only the continuation; the prefix is part of the parsed answer
+    eng = ScriptedEngine(lambda c, i, r: "sol" if c == 0 else "correct</judgment> because")
+    d, proto = discussion(eng, variant="without_scoring", rounds=1, evaluations=2, verdict_prefix="<judgment>",
+                          score_prefix="<score>")
+    eps = proto(d, TASKS[:1])
+    assert [r.prefix for c in eng.calls for r in c] == ["", "<judgment>", "<judgment>"]
+    assert eps[0].turns[0].reward == 1.0 and [t.reward for t in eps[0].turns[1:]] == [1.0, 1.0]
+    eng = ScriptedEngine(lambda c, i, r: "2</score>" if c == 2 else "text")
+    d, proto = discussion(eng, rounds=1, verdict_prefix="<judgment>", score_prefix="<score>")
+    eps = proto(d, TASKS[:1])
+    assert [c[0].prefix for c in eng.calls] == ["", "", "<score>"]  # the full variant's evaluator: no verdict tag
+    assert [t.reward for t in eps[0].turns] == [0.5, 0.5, 0.0]
+
+
 def test_released_semantics_all_agents_solve_with_balanced_judging():
     eng = ScriptedEngine(lambda c, i, r: "<score>2</score>" if c % 3 == 2 else f"x{c}{i}")
     d, proto = discussion(eng, semantics="released", rounds=2, evaluations=1)

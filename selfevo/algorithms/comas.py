@@ -51,6 +51,7 @@ class ProtocolCfg:
     template_set: str = "paper"  # paper | released
     score_prefix: str = ""  # start the scorer's/judge's answer with this (e.g. "<score>"); "" = paper behaviour
     score_max_new_tokens: int = 0  # token limit of scorer/judge answers; 0 = sampling.max_new_tokens
+    verdict_prefix: str = ""  # w/o scoring: start each evaluation with this (e.g. "<judgment>"); "" = paper
 
 
 @dataclass
@@ -120,7 +121,7 @@ class Discussion:
         """One engine call for all ``(episode, agent, context)`` items; turns are appended to their episodes."""
         r = self.roles[role]
         scoring = role in ("scorer", "judge")
-        prefix = self.cfg.score_prefix if scoring else ""
+        prefix = answer_prefix(self.cfg, role)
         sampling = self.sampling
         if scoring and self.cfg.score_max_new_tokens:
             sampling = dataclasses.replace(sampling, max_new_tokens=self.cfg.score_max_new_tokens)
@@ -132,6 +133,16 @@ class Discussion:
             ep.turns.append(turn)
             turns.append(turn)
         return turns
+
+
+def answer_prefix(p: ProtocolCfg, role: str) -> str:
+    """What a role's answer is made to start with: the score tag for scorers/judges, the verdict tag for the
+    evaluators of the w/o-scoring ablation (both "" in the paper setting)."""
+    if role in ("scorer", "judge"):
+        return p.score_prefix
+    if role == "evaluator" and p.variant == "without_scoring":
+        return p.verdict_prefix
+    return ""
 
 
 def judge_full(d: Discussion, eps, hist, sols, rnd) -> None:
