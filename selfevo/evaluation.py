@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from selfevo.memory import release_freed_memory
 from selfevo.types import SamplingParams, Task
 
 DEFAULTS: dict[str, Any] = {
@@ -211,6 +212,7 @@ def evaluate(setup_name: str, tasks: Sequence[Task], engine, sampling: SamplingP
     start = time.perf_counter()
     run = setup.run(tasks)
     wall = time.perf_counter() - start
+    release_freed_memory()
     items, correct, scores = [], 0, 0.0
     for task, res in zip(tasks, run.results):
         verdict = setup.verdict(task, res.final_response)

@@ -29,8 +29,8 @@ def main() -> None:
         variants[f"4_agents_hetero_{args.hetero}"] = ["agents=4", f"model.backbones=[smollm2-135m-instruct,{args.hetero}]"]
     rows = {}
     for name, extra in variants.items():
-        rows[name] = read_metrics(run_variant("comas", out / name, [f"trainer.max_steps={args.steps}", *extra,
-                                                                     *overrides]))
+        run = run_variant("comas", out / name, [f"trainer.max_steps={args.steps}", *extra, *overrides])
+        rows[name] = read_metrics(run)[:args.steps]  # a longer run linked in as out/NAME counts its first steps
     md = table(rows)
     secs = {k: sum(m["rollout_s"] + m["update_s"] for m in v) / len(v) for k, v in rows.items()}
     md += "\n\nseconds per step: " + ", ".join(f"{k} {v:.1f}" for k, v in secs.items())

@@ -28,6 +28,7 @@ from tqdm import tqdm
 from selfevo import build, checkpoint
 from selfevo.config import EngineCfg, ModelCfg, SamplingCfg, save_config
 from selfevo.episodes import Episode, Turn, rewarded_turns, turns_to_batch
+from selfevo.memory import release_freed_memory
 from selfevo.rewards import comas_rewards
 from selfevo.rl import RLCfg, reinforce_pp_update
 from selfevo.roles.base import HistoryItem
@@ -354,8 +355,10 @@ def run_step(step: int, cfg, store, engine, roles, agents, tasks) -> tuple[list[
                    cfg.protocol, cfg.reward)
     t0 = time.perf_counter()
     episodes = PROTOCOLS[cfg.protocol.semantics](d, task_batch(tasks, step, cfg.trainer.tasks_per_step, cfg.seed))
+    release_freed_memory()
     t1 = time.perf_counter()
     train = update_agents(store, episodes, agents, cfg)
+    release_freed_memory()
     t2 = time.perf_counter()
     metrics = {"step": step, **reward_metrics(episodes, agents, cfg.protocol.variant),
                **precision_recall(episodes, cfg.reward.correct_threshold), "train": train,
