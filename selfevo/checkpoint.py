@@ -47,13 +47,26 @@ def save(run_dir: str | Path, store: PolicyStore, step: int, state: dict | None 
     return final
 
 
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (never a half-written file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _latest(run: Path) -> Path:
+    """``checkpoint``, or ``checkpoint.old`` when a crash fell between the two renames of :func:`save`."""
+    final, old = run / "checkpoint", run / "checkpoint.old"
+    return old if not final.exists() and (old / "state.json").exists() else final
+
+
 def exists(run_dir: str | Path) -> bool:
-    return (Path(run_dir) / "checkpoint" / "state.json").exists()
+    return (_latest(Path(run_dir)) / "state.json").exists()
 
 
 def load(run_dir: str | Path, store: PolicyStore) -> dict:
     """Restore adapters, optimizers, versions and RNG states into ``store``; returns the saved state dict."""
-    ckpt = Path(run_dir) / "checkpoint"
+    ckpt = _latest(Path(run_dir))
     try:
         state = json.loads((ckpt / "state.json").read_text())
         trainer = torch.load(ckpt / "trainer.pt", weights_only=False)

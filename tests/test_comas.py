@@ -146,6 +146,20 @@ def test_recipe_two_steps_then_resume_adds_exactly_one(tmp_path, capsys):
     assert [[t["text"] for t in e["turns"]] for e in last] == [[t["text"] for t in e["turns"]] for e in want]
 
 
+def test_resume_after_a_kill_between_log_and_checkpoint_logs_each_step_once(tmp_path):
+    out = tmp_path / "run"
+    assert _run(out, "trainer.max_steps=2") == 0
+    # simulate a kill after step 2 was logged but before its checkpoint (plus a half-written line), and one
+    # between the two renames of checkpoint.save (only checkpoint.old left)
+    for name in ("metrics.jsonl", "episodes.jsonl"):
+        lines = (out / name).read_text().splitlines(keepends=True)
+        (out / name).write_text("".join(lines) + lines[-1].replace('"step": 1', '"step": 2') + '{"step": 3, "rew')
+    (out / "checkpoint").rename(out / "checkpoint.old")
+    assert _run(out, "trainer.max_steps=3", "resume=true") == 0
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+    assert [json.loads(x)["step"] for x in (out / "episodes.jsonl").read_text().splitlines()] == [0, 0, 1, 1, 2, 2]
+
+
 def test_resume_without_checkpoint_is_one_line_error(tmp_path, capsys):
     assert _run(tmp_path / "nothing", "resume=true") == 2
     assert "no checkpoint" in capsys.readouterr().err

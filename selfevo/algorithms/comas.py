@@ -367,6 +367,24 @@ def run_step(step: int, cfg, store, engine, roles, agents, tasks) -> tuple[list[
     return episodes, metrics
 
 
+def drop_logged_steps(run: Path, first: int) -> None:
+    """Resume: remove log lines of steps ≥ ``first`` (a run killed after logging a step but before its
+    checkpoint was written would otherwise log that step twice)."""
+    for name in ("metrics.jsonl", "episodes.jsonl"):
+        path = run / name
+        if path.exists():
+            keep = [line for line in path.read_text().splitlines(keepends=True) if _step_of(line) < first]
+            checkpoint.atomic_write_text(path, "".join(keep))
+
+
+def _step_of(line: str) -> float:
+    """The step of a log line; a line cut short by a kill (not JSON) counts as not logged."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return float("inf")
+
+
 def log_step(run: Path, step: int, episodes: list[Episode], metrics: dict) -> None:
     with (run / "metrics.jsonl").open("a") as f:
         f.write(json.dumps(metrics) + "\n")
@@ -379,6 +397,7 @@ def main(cfg) -> None:
     run = Path(cfg.output_dir)
     store, agents = setup(cfg)
     first = start_step(cfg, store)
+    drop_logged_steps(run, first)
     save_config(cfg, run)
     tasks = comas_training_mix(cfg.data.n_math, cfg.data.n_code, cfg.data.n_science, seed=cfg.seed,
                                data_root=cfg.data.data_root, source=cfg.data.source)
