@@ -32,14 +32,16 @@ def solver_reward(m: dict) -> float | None:
 
 def table(rows: dict[str, list[dict]]) -> str:
     """Markdown table: per variant, first/last-quarter means of the solution reward, parse failures, lengths."""
-    head = "| variant | steps | solution reward (first ¼ → last ¼) | parse failure | solver length | precision | recall |"
-    lines = [head, "|---|---|---|---|---|---|---|"]
+    head = ("| variant | steps | solution reward (first ¼ → last ¼) | parse failure (first ¼ → last ¼) | solver length |"
+            " precision | recall | s/step |")
+    lines = [head, "|---|---|---|---|---|---|---|---|"]
     for name, ms in rows.items():
         q = max(1, len(ms) // 4)
         first, last = _avg(solver_reward(m) for m in ms[:q]), _avg(solver_reward(m) for m in ms[-q:])
-        lines.append(f"| {name} | {len(ms)} | {_f(first)} → {_f(last)} | {_f(_avg(m['parse_failure_rate'] for m in ms))}"
+        fail0, fail1 = (_avg(m["parse_failure_rate"] for m in part) for part in (ms[:q], ms[-q:]))
+        lines.append(f"| {name} | {len(ms)} | {_f(first)} → {_f(last)} | {_f(fail0)} → {_f(fail1)}"
                      f" | {_f(_avg(m['length_by_role'].get('solver') for m in ms))} | {_f(_avg(m['precision'] for m in ms))}"
-                     f" | {_f(_avg(m['recall'] for m in ms))} |")
+                     f" | {_f(_avg(m['recall'] for m in ms))} | {_f(_avg(m['rollout_s'] + m['update_s'] for m in ms))} |")
     return "\n".join(lines)
 
 
