@@ -30,6 +30,12 @@ def solver_reward(m: dict) -> float | None:
     return m["reward_by_role"].get("solver")
 
 
+def judging_reward(m: dict) -> float | None:
+    """The reward of the evaluation turns (the judge's in the w/o-evaluation variant)."""
+    by_role = m["reward_by_role"]
+    return by_role.get("evaluator", by_role.get("judge"))
+
+
 def table(rows: dict[str, list[dict]]) -> str:
     """Markdown table: per variant, first/last-quarter means of the solution reward, parse failures, lengths."""
     head = ("| variant | steps | solution reward (first ¼ → last ¼) | parse failure (first ¼ → last ¼) | solver length |"
@@ -51,13 +57,15 @@ def plot(rows: dict[str, list[dict]], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
     for name, ms in rows.items():
         steps = [m["step"] for m in ms]
         axes[0].plot(steps, [solver_reward(m) for m in ms], marker="o", label=name)
-        axes[1].plot(steps, [m["parse_failure_rate"] for m in ms], marker="o", label=name)
-        axes[2].plot(steps, [m["length_by_role"].get("solver") for m in ms], marker="o", label=name)
-    for ax, label in zip(axes, ("solution reward", "score parse-failure rate", "solver response length")):
+        axes[1].plot(steps, [judging_reward(m) for m in ms], marker="o", label=name)
+        axes[2].plot(steps, [m["parse_failure_rate"] for m in ms], marker="o", label=name)
+        axes[3].plot(steps, [m["length_by_role"].get("solver") for m in ms], marker="o", label=name)
+    for ax, label in zip(axes, ("solution reward", "evaluation (or judge) reward", "score/verdict parse-failure rate",
+                                "solver response length")):
         ax.set_xlabel("step")
         ax.set_title(label)
         ax.grid(alpha=0.3)
