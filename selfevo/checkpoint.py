@@ -54,6 +54,24 @@ def atomic_write_text(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+def drop_logged_steps(run: Path, first: int, logs: tuple[str, ...]) -> None:
+    """On resume: remove the lines of steps ≥ ``first`` from the run's JSONL ``logs`` (a run killed after logging a
+    step but before its checkpoint was written would otherwise log that step twice)."""
+    for name in logs:
+        path = run / name
+        if path.exists():
+            keep = [line for line in path.read_text().splitlines(keepends=True) if _step_of(line) < first]
+            atomic_write_text(path, "".join(keep))
+
+
+def _step_of(line: str) -> float:
+    """The ``step`` of a log line; a line cut short by a kill (not JSON) counts as not logged."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return float("inf")
+
+
 def _latest(run: Path) -> Path:
     """``checkpoint``, or ``checkpoint.old`` when a crash fell between the two renames of :func:`save`."""
     final, old = run / "checkpoint", run / "checkpoint.old"

@@ -101,6 +101,9 @@ class Config:
     data: DataCfg = field(default_factory=DataCfg)
 
 
+SCORING_ROLES = ("scorer", "judge")  # roles whose answer is a 1-3 score (score prefix, score token limit)
+
+
 # ---- the discussion ---------------------------------------------------------------------------------------------
 @dataclass
 class Discussion:
@@ -121,7 +124,7 @@ class Discussion:
     def ask(self, role: str, items: list[tuple[Episode, str, dict]], rnd: int) -> list[Turn]:
         """One engine call for all ``(episode, agent, context)`` items; turns are appended to their episodes."""
         r = self.roles[role]
-        scoring = role in ("scorer", "judge")
+        scoring = role in SCORING_ROLES
         prefix = answer_prefix(self.cfg, role)
         sampling = self.sampling
         if scoring and self.cfg.score_max_new_tokens:
@@ -139,7 +142,7 @@ class Discussion:
 def answer_prefix(p: ProtocolCfg, role: str) -> str:
     """What a role's answer is made to start with: the score tag for scorers/judges, the verdict tag for the
     evaluators of the w/o-scoring ablation (both "" in the paper setting)."""
-    if role in ("scorer", "judge"):
+    if role in SCORING_ROLES:
         return p.score_prefix
     if role == "evaluator" and p.variant == "without_scoring":
         return p.verdict_prefix
@@ -367,24 +370,6 @@ def run_step(step: int, cfg, store, engine, roles, agents, tasks) -> tuple[list[
     return episodes, metrics
 
 
-def drop_logged_steps(run: Path, first: int) -> None:
-    """Resume: remove log lines of steps ≥ ``first`` (a run killed after logging a step but before its
-    checkpoint was written would otherwise log that step twice)."""
-    for name in ("metrics.jsonl", "episodes.jsonl"):
-        path = run / name
-        if path.exists():
-            keep = [line for line in path.read_text().splitlines(keepends=True) if _step_of(line) < first]
-            checkpoint.atomic_write_text(path, "".join(keep))
-
-
-def _step_of(line: str) -> float:
-    """The step of a log line; a line cut short by a kill (not JSON) counts as not logged."""
-    try:
-        return json.loads(line)["step"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        return float("inf")
-
-
 def log_step(run: Path, step: int, episodes: list[Episode], metrics: dict) -> None:
     with (run / "metrics.jsonl").open("a") as f:
         f.write(json.dumps(metrics) + "\n")
@@ -397,7 +382,7 @@ def main(cfg) -> None:
     run = Path(cfg.output_dir)
     store, agents = setup(cfg)
     first = start_step(cfg, store)
-    drop_logged_steps(run, first)
+    checkpoint.drop_logged_steps(run, first, ("metrics.jsonl", "episodes.jsonl"))
     save_config(cfg, run)
     tasks = comas_training_mix(cfg.data.n_math, cfg.data.n_code, cfg.data.n_science, seed=cfg.seed,
                                data_root=cfg.data.data_root, source=cfg.data.source)
