@@ -13,9 +13,9 @@ import torch
 
 from selfevo import cli
 from selfevo.algorithms.maestro import clpo_rows, span_mask
-from selfevo.algorithms.maestro_protocol import MaestroProtocol, maestro_metrics
+from selfevo.algorithms.maestro_protocol import STAGE2_STOP, MaestroProtocol, maestro_metrics, with_final
 from selfevo.engines import ENGINES
-from selfevo.engines.base import render_prompt
+from selfevo.engines.base import render_prompt, truncate_at_stop
 from selfevo.interaction import Episode, Runner, Turn
 from selfevo.optimizers import OPTIMIZERS, OptimCfg, Samples
 from selfevo.optimizers.clpo import choice_advantages, slate_steps, slate_terms
@@ -23,7 +23,8 @@ from selfevo.optimizers.objectives import entropy_from_logits
 from selfevo.policy import SeqBatch
 from selfevo.policy.logprobs import chosen_entropy
 from selfevo.rewards import REWARD_SOURCES
-from selfevo.roles.maestro import Central, candidate_view, central_spans, read_selection
+from selfevo.roles.base import Parsed
+from selfevo.roles.maestro import Central, Selection, candidate_view, central_spans, read_selection
 from selfevo.types import Completion, Request, SamplingParams, Task
 from selfevo.verifiers import verify
 
@@ -35,10 +36,13 @@ SAMPLING = SamplingParams(max_new_tokens=16, temperature=0.7, top_p=0.95)
 # ---- a scripted engine: answers keyed by the request seed, real token ids -------------------------------------
 def script(r: Request) -> str:
     """Execution agents: the right sum for seeds ≡ 0 (mod 3), else one more. Central: by seed mod 5, no choice,
-    an out-of-range choice, or a valid pick of the displayed candidate ``seed % n + 1`` (its boxed answer)."""
+    an out-of-range choice, or a valid pick of the displayed candidate ``seed % n + 1`` (its boxed answer); the
+    number stage of a chained selection (prefix ending ``Candidate ``) likewise: no number, ``n + 7`` or the pick."""
     content, s = r.messages[-1]["content"], r.seed
     if content.startswith("You are the Center Arbiter"):
         n = content.count("\n- Candidate ")
+        if r.prefix.endswith("Chosen: Candidate "):
+            return "none" if s % 5 == 0 else f"{n + 7}\n" if s % 5 == 1 else f"{s % n + 1}\nFinal"
         if "write your own complete solution" in content:
             return f"My own work. \\boxed{{{s % 4}}}"
         if s % 5 == 0:
@@ -58,19 +62,20 @@ def script(r: Request) -> str:
 
 
 class ScriptEngine:
-    """``script`` with the backbone's real prompt and completion token ids; records every call."""
+    """``answer`` (default ``script``) cut before the first stop string as a real engine does, with the backbone's
+    real prompt and completion token ids; records every call."""
 
     calls: list = []
 
-    def __init__(self, store=None, **_):
-        self.store = store
+    def __init__(self, store=None, answer=None, **_):
+        self.store, self.answer = store, answer or script
         ScriptEngine.calls = self.calls = []
 
     def generate(self, requests):
         self.calls.append(list(requests))
         out = []
         for r in requests:
-            text = script(r)
+            text = truncate_at_stop(self.answer(r), r.sampling.stop)[0]
             if self.store is None:
                 out.append(Completion(r, [1], [2, 3], [0.0, 0.0], text, "stop"))
                 continue
@@ -98,8 +103,8 @@ def verdict(task, text):
     return verify(task, text)
 
 
-def run_protocol(tasks, **kw):
-    engine = ScriptEngine()
+def run_protocol(tasks, answer=None, **kw):
+    engine = ScriptEngine(answer=answer)
     proto = MaestroProtocol([None, None], "central", verdict, **{"k": 2, "rounds": 2, "epsilon": 0.0, **kw})
     episodes = Runner(engine, SAMPLING, seed="s").run([Episode(t) for t in tasks], proto.program)
     return engine, episodes
@@ -198,6 +203,99 @@ def test_candidate_views():
     prompt = Central(view="answer").messages(add_task(1), candidates=["work \\boxed{7}", "no answer"])
     assert "- Candidate 1: Final answer: \\boxed{7}\n- Candidate 2: (no final answer)" in prompt[-1]["content"]
 
+
+
+# ---- the chained selection (small models) ----------------------------------------------------------------------------
+def test_with_final_appends_the_chosen_candidates_answer_or_fails():
+    central = Central()
+    ctx = central.context(candidates=["work \\boxed{3}", "work \\boxed{7}"])
+    parse = with_final(lambda text: central.parse(text, ctx), ["3", "7"])
+    ok = parse("Reason: x\nChosen: Candidate 2")
+    assert ok.ok and (ok.value.index, ok.value.reason, ok.value.final) == (1, "x", "7")
+    assert parse("Reason: x\nChosen: Candidate 1").value.final == "3"
+    assert parse("Reason: x\nChosen: Candidate 1 \t").value.final == "3"  # trailing blanks are no text
+    assert parse("Reason: x\nChosen: Candidate 5").error == "chose candidate 5, but the slate has 2"
+    assert parse("Reason: x\nChosen: Candidate 0").error == "chose candidate 0, but the slate has 2"
+    for bad in ("Reason: x\nChosen: Candidate ", "Reason: x\nChosen: Candidate 2 is best",
+                "Reason: x\nChosen: Candidate two"):  # no number or text after it: a failure, never candidate 1
+        assert parse(bad).error == "no 'Chosen: k' line after the reason"
+    assert parse("Reason: \nChosen: Candidate 2").error == "empty or repeated reason"
+
+
+def chain_answer(picks: dict):
+    """``script``, except that the number stage of task i's chained selections answers ``picks[i]``."""
+
+    def answer(r: Request) -> str:
+        if r.prefix.endswith("Chosen: Candidate "):
+            return picks[int(re.search(r"What is (\d+) \+", r.messages[-1]["content"]).group(1))]
+        return script(r)
+
+    return answer
+
+
+def test_chained_selection_asks_both_stages_and_records_failures():
+    tasks = [add_task(i) for i in range(3)]
+    # task 0 picks displayed candidate 2 (the engine cuts "2\nFinal" at the stop "\n"); task 1: 9 of 4; task 2: none
+    engine, episodes = run_protocol(tasks, chain_answer({0: "2\nFinal", 1: "9", 2: "none"}), chain=True, samples=2,
+                                    reason_tokens=5)
+    assert [len(c) for c in engine.calls] == [12, 9, 9, 12, 9, 9]  # per round: candidates, rationales, numbers
+    for stage1, stage2 in ((engine.calls[1], engine.calls[2]), (engine.calls[4], engine.calls[5])):
+        assert {(r.prefix, r.sampling.stop, r.sampling.max_new_tokens) for r in stage1} == {("Reason:", ("Chosen",), 5)}
+        assert {(r.sampling.stop, r.sampling.max_new_tokens) for r in stage2} == {(STAGE2_STOP, 3)}
+        assert [r.sampling.temperature for r in stage1[:3]] == [r.sampling.temperature for r in stage2[:3]] \
+            == [0.0, 1.0, 1.0]  # greedy, then the G samples, in both stages
+    for i, ep in enumerate(episodes):
+        one_round = ["execution"] * 4 + ["central_reason"] + ["central_sample_reason"] * 2 + ["central"] + \
+            ["central_sample"] * 2
+        assert [t.role for t in ep.turns] == one_round * 2
+        for r, rec in enumerate(ep.meta["rounds"]):
+            base = 10 * r
+            cands, reasons, picks = ep.turns[base:base + 4], ep.turns[base + 4:base + 7], ep.turns[base + 7:base + 10]
+            for g, (reason, pick) in enumerate(zip(reasons, picks)):
+                assert reason.parsed is None and "Chosen" not in reason.text and reason.text.strip()
+                assert pick.refs["rationale"] == base + 4 + g  # stage 2 refers to its own rationale
+                assert pick.completion.request.prefix == f"Reason: {reason.text.strip()}\nChosen: Candidate "
+                assert [reason.refs[f"candidate_{j}"] for j in range(4)] == [base + o for o in rec["order"]]
+                assert {k: v for k, v in pick.refs.items() if k != "rationale"} == reason.refs
+                assert reason.meta.get("slate") == pick.meta.get("slate") == (f"{ep.key}|r{r + 1}" if g else None)
+            sel = picks[0].parsed
+            if i == 0:  # displayed candidate 2 = the real candidate order[1]; Final is that candidate's own answer
+                assert all(p.parsed.ok and p.parsed.value.index == 1 for p in picks)
+                assert sel.value.reason == reasons[0].text.strip()
+                assert rec["chosen"] == rec["output"] == rec["order"][1] and rec["shown"] == 2 and rec["parsed"]
+                shown = cands[rec["order"][1]]
+                assert rec["central_final"] == sel.value.final == verdict(ep.task, shown.text).extracted
+                assert rec["broadcast"].startswith(f"The Center Arbiter chose Candidate 2 (final answer "
+                                                   f"\\boxed{{{sel.value.final}}})")
+            else:  # recorded failures, never a default candidate
+                assert sel.error == ("chose candidate 9, but the slate has 4" if i == 1
+                                     else "no 'Chosen: k' line after the reason")
+                assert not any(p.parsed.ok for p in picks) and rec["chosen"] is None and rec["select_parse_failure"]
+                assert rec["output"] == rec["order"][0] and rec["broadcast"].endswith("made no valid selection.")
+    m = maestro_metrics([ep.meta["rounds"] for ep in episodes], 2)
+    assert m["select_parse_failures"] == 4 and m["select_parse_failure_rate"] == pytest.approx(2 / 3)
+
+
+def test_slate_source_credits_the_rationale_turn():
+    def turn(role, text="", parsed=None, **refs):
+        req = Request("central", [{"role": "user", "content": "q"}])
+        return Turn("central", role, Completion(req, [1], [2], [0.0], text, "stop"), parsed, refs=refs)
+
+    pick = Parsed.success(Selection(1, "r", "4"))
+    slate = {"candidate_0": 1, "candidate_1": 0}  # displayed: the wrong candidate (5) first, then the right one (4)
+    ep = Episode(add_task(1), [turn("execution", "\\boxed{4}"), turn("execution", "\\boxed{5}"),
+                               turn("central_reason", " r"), turn("central_sample_reason", " a"),
+                               turn("central_sample_reason", " b"), turn("central", "1", pick, rationale=2, **slate),
+                               turn("central_sample", "2", pick, rationale=3, **slate),
+                               turn("central_sample", "9", Parsed.failure("chose candidate 9, but the slate has 2"),
+                                    rationale=4, **slate)])
+    res = REWARD_SOURCES.get("slate")(role="central_sample", on_parse_failure=-0.5, credit_refs=["rationale"])([ep])
+    assert res.rewards == [{6: 1.0, 3: 1.0, 7: -0.5, 4: -0.5}]  # each rationale: its selector's reward
+    assert all(ep.turns[i].meta["slate_rewards"] == [0.0, 1.0] for i in (3, 4, 6, 7))
+    assert "slate_rewards" not in ep.turns[2].meta  # the greedy pair is not a training sample
+    assert res.metrics == {"select_parse_failure_rate": 0.5, "coverage": 1.0}
+    plain = REWARD_SOURCES.get("slate")(role="central_sample", on_parse_failure=-0.5)([ep])
+    assert plain.rewards == [{6: 1.0, 7: -0.5}]  # without credit_refs the rationales stay unrewarded
 
 # ---- metrics ------------------------------------------------------------------------------------------------------
 def rec(correct, chosen, parsed=True, output=None):
@@ -393,6 +491,28 @@ def test_clpo_rows_mask_decision_and_rationale_tokens(make_store):
     assert span_mask([2, 5, 9], (3, 6), 0) == [0.0, 1.0, 1.0] and span_mask([2, 5], None, 0) == [0.0, 0.0]
 
 
+
+def test_clpo_rows_of_a_chained_pair(make_store):
+    tok = make_store(agents=("central",)).backbones["tiny-random"].tokenizer
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    msgs, meta = [{"role": "user", "content": "q"}], {"slate_rewards": [1.0, 0.0, 0.0, 0.0]}
+
+    def turn(role, prefix, text, generated):
+        comp = Completion(Request("central", msgs, prefix=prefix), [1], generated, [0.0] * len(generated), text, "stop")
+        return Turn("central", role, comp, meta=dict(meta))
+
+    # stage 1: generated through the stop string "Chosen", its text cut before it (as the engines do)
+    gen = ids(" cand 2 is right.\nChosen")
+    rows = clpo_rows(tok)(turn("central_sample_reason", "Reason:", " cand 2 is right.\n", gen))
+    assert tok.decode([i for i, m in zip(gen, rows["rationale"]) if m]).strip() == "cand 2 is right."
+    assert rows["rationale"][-3:] == [0.0, 0.0, 0.0] and rows["decision"] == [0.0] * len(gen)  # "\n", "Ch", "osen"
+    assert rows["slate_mean"] == 0.25
+    # stage 2: only the generated number (not the stop token after it) is decision; the given rationale is prompt
+    prefix = "Reason: cand 2 is right.\nChosen: Candidate "
+    for text, generated, decision in (("2", "2\n", [1.0, 0.0]), ("12", "12\n", [1.0, 1.0, 0.0]), ("9", "9", [1.0])):
+        rows = clpo_rows(tok)(turn("central_sample", prefix, text, ids(generated)))
+        assert rows["decision"] == decision and rows["rationale"] == [0.0] * len(decision)
+
 # ---- the recipe ----------------------------------------------------------------------------------------------------
 def question_file(tmp_path: Path) -> Path:
     path = tmp_path / "q.jsonl"
@@ -435,6 +555,43 @@ def test_recipe_end_to_end_with_resume(tmp_path):
     samples = [t for t in episode["turns"] if t["role"] == "central_sample"]
     assert samples and all("slate_rewards" in t and t["reward"] is not None for t in samples)
 
+
+
+def test_recipe_chained_selection_trains_both_stages(tmp_path, monkeypatch):
+    import selfevo.algorithms.maestro as recipe
+    from safetensors.torch import load_file
+
+    seen, real = [], recipe.clpo_rows
+
+    def spy(tok):  # records the CLPO masks of every row the recipe trains on
+        extras = real(tok)
+
+        def rows(turn):
+            out = extras(turn)
+            seen.append((turn.role, sum(out["decision"]), sum(out["rationale"])))
+            return out
+
+        return rows
+
+    monkeypatch.setattr(recipe, "clpo_rows", spy)
+    out = tmp_path / "run"
+    assert cli.main(args(tmp_path, out, "trainer.max_steps=1", "protocol.rounds=1", "protocol.central_chain=true")) == 0
+    [m] = lines(out / "metrics.jsonl")
+    assert m["train"]["central"]["optimizer_steps"] == 1 and "select_parse_failure_rate" in m
+    # 3 questions × G = 3: nine rationale rows (rationale tokens only) and nine number rows (decision tokens only)
+    reasons = [s for s in seen if s[0] == "central_sample_reason"]
+    numbers = [s for s in seen if s[0] == "central_sample"]
+    assert len(reasons) == len(numbers) == 9 and len(seen) == 18
+    assert all(d == 0 and r > 0 for _, d, r in reasons) and all(d > 0 and r == 0 for _, d, r in numbers)
+    for episode in lines(out / "episodes.jsonl"):
+        turns = episode["turns"]
+        assert [t["role"] for t in turns] == ["execution"] * 4 + ["central_reason"] + \
+            ["central_sample_reason"] * 3 + ["central"] + ["central_sample"] * 3
+        assert turns[4]["reward"] is None and turns[8]["reward"] is None  # the greedy pair is not trained
+        assert [t["reward"] for t in turns[5:8]] == [t["reward"] for t in turns[9:12]]
+        assert all(t["reward"] is not None and "slate_rewards" in t for t in turns[5:8] + turns[9:12])
+    state = load_file(str(out / "adapters" / "final" / "central" / "adapter_model.safetensors"))
+    assert any(float(v.abs().sum()) > 0 for k, v in state.items() if "lora_B" in k)  # fresh adapters have B = 0
 
 @pytest.mark.parametrize("optimizer", ["grpo", "sft", "none"])
 def test_baseline_trainers_run(tmp_path, optimizer):
@@ -487,3 +644,33 @@ def test_eval_loads_the_central_adapter(tmp_path, make_store, capsys):
     assert "setup=maestro_select, which is not selected" in capsys.readouterr().err
     assert cli.main(["eval", "benchmark=gsm8k", "setup=maestro_select", f"central_adapter={tmp_path}"]) == 2
     assert "has no adapter_config.json" in capsys.readouterr().err
+
+
+def test_replayed_slates_give_the_same_records_without_generating_candidates(tmp_path):
+    """Round 1 replayed from an eval's items.jsonl: the same candidates, slate order and central pick as the run
+    that generated them, with no candidate call; a task missing from the file is a one-line error."""
+    import json
+
+    from selfevo.algorithms.maestro_protocol import read_replay
+
+    tasks = [add_task(i) for i in range(3)]
+    engine0, first = run_protocol(tasks, rounds=1)
+    path = tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps({"id": ep.task.id, "responses": [
+        {"role": t.role, "round": t.round, "slot": t.slot, "text": t.text} for t in ep.turns]}) + "\n"
+        for ep in first))
+    replay = read_replay(str(path))
+    assert replay[tasks[0].id] == [t.text for t in first[0].turns if t.role == "execution"]
+    engine, again = run_protocol(tasks, rounds=1, replay=replay)
+    assert len(engine.calls) == 1 and {r.agent for r in engine.calls[0]} == {"central"}  # only the selection
+    # the central agent sees the very same prompts (its request seeds differ: one engine call fewer; the greedy
+    # selection of a real model does not depend on them)
+    assert [r.messages for r in engine.calls[0]] == [r.messages for r in engine0.calls[1]]
+    for a, b in zip(first, again):
+        ra, rb = a.meta["rounds"][0], b.meta["rounds"][0]
+        assert (ra["order"], ra["correct"]) == (rb["order"], rb["correct"])
+    with pytest.raises(ValueError, match="has no candidate"):
+        run_protocol([add_task(7)], rounds=1, replay=replay)
+    (tmp_path / "bad.jsonl").write_text('{"id": "x"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl line 1: not a maestro_select item"):
+        read_replay(str(tmp_path / "bad.jsonl"))

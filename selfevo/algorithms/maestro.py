@@ -53,6 +53,9 @@ class MaestroProtocolCfg:
                                ge=1)
     sample_temperature: float = opt(1.0, "temperature of the G training samples (the broadcast is greedy)", gt=0)
     central_prefix: str = opt("", "start central answers with this (small models: 'Reason:'); '' = paper")
+    central_chain: bool = opt(False, "small models: the selection in two stages, rationale then 'Chosen: Candidate "
+                                     "k' (given up to k); Final is the chosen candidate's answer (see the docs)")
+    reason_tokens: int = opt(48, "central_chain: token limit of the rationale stage", ge=1)
     central_max_new_tokens: int = opt(0, "token limit of central answers (0: sampling.max_new_tokens)", ge=0)
     justification_chars: int = opt(300, "the broadcast's justification: its first this-many characters", ge=1)
     history_chars: int = opt(1500, "each earlier solution an agent sees again: its last this-many characters", ge=1)
@@ -101,6 +104,9 @@ class Config(RunCfg):
         if cfg.protocol.central != "select" and cfg.trainer.optimizer != "none":
             raise ConfigError(f"protocol.central={cfg.protocol.central} has no selection to train: use "
                               f"trainer.optimizer=none (got {cfg.trainer.optimizer})")
+        if cfg.protocol.central_chain and cfg.protocol.central != "select":
+            raise ConfigError(f"protocol.central_chain is a way of writing a selection; protocol.central="
+                              f"{cfg.protocol.central} writes none")
         if cfg.trainer.optimizer == "clpo" and not (cfg.clpo.choice or cfg.clpo.rank):
             raise ConfigError("clpo.choice and clpo.rank are both false: CLPO would train nothing but KL/entropy")
 
@@ -114,7 +120,8 @@ def make_protocol(cfg, executors: list, step: int | str, verdict, samples: int) 
                            central_max_new_tokens=p.central_max_new_tokens, samples=samples,
                            sample_temperature=p.sample_temperature, sc_samples=p.sc_samples,
                            justification_chars=p.justification_chars, history_chars=p.history_chars,
-                           candidate_chars=p.candidate_chars, shuffle_slate=p.shuffle_slate)
+                           candidate_chars=p.candidate_chars, shuffle_slate=p.shuffle_slate, chain=p.central_chain,
+                           reason_tokens=p.reason_tokens)
 
 
 def cached_verdict():
@@ -188,7 +195,7 @@ def main(cfg) -> None:
     executors = [f"exec{i}" for i in range(n)] if cfg.protocol.train_executors else [None] * n
     options = ({"lambda_rank": c.lambda_rank, "lambda_ent": c.lambda_ent, "choice": c.choice, "rank": c.rank}
                if cfg.trainer.optimizer == "clpo" else None)
-    rewards = {"central": build_sources([{"name": "slate", "role": "central_sample",
+    rewards = {"central": build_sources([{"name": "slate", "role": "central_sample", "credit_refs": ["rationale"],
                                           "on_parse_failure": cfg.reward.on_parse_failure}])}
     if cfg.protocol.train_executors:
         rewards["executors"] = build_sources([{"name": "verifier", "roles": ["execution"]}])

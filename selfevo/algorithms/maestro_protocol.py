@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from selfevo.interaction import Episode, ask, request_seed
 from selfevo.roles.base import HistoryItem
@@ -36,6 +36,7 @@ from selfevo.roles.maestro import BOXED_FORMAT, Central, CentralGen, Executor, a
 from selfevo.types import Task
 
 MODES = ("select", "gen", "gen_sc")
+STAGE2_STOP = ("\n", " ", ":", ".", ",", ")", ";")  # chained selection: the number ends at the first of these
 
 
 @dataclass
@@ -63,6 +64,9 @@ class MaestroProtocol:
     history_chars: int | None = 1500
     candidate_chars: int | None = None
     shuffle_slate: bool = True
+    chain: bool = False  # small models: the selection in two stages (see :meth:`chained_selection`)
+    reason_tokens: int = 48  # chain: token limit of the rationale stage
+    replay: Mapping[str, Sequence[str]] | None = None  # task id -> round-1 candidates (N·K, agent-major)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -103,13 +107,18 @@ class MaestroProtocol:
                     ctx = {} if base else {"history": previous[a], "broadcast": feedback}
                     asks.append(ask(self.executors[a], self.executor_agents[a], t, label="execution", round=rnd,
                                     meta={"agent_index": a, "explore": rnd > 1 and base}, **ctx))
-            cands = yield asks
+            cands = self.replayed(t, asks) if rnd == 1 and self.replay is not None else (yield asks)
             previous = [[HistoryItem(str(c.agent), "solution", c.text) for c in cands[a * k:(a + 1) * k]]
                         for a in range(n)]
             order = self.slate_order(ep, rnd, n * k)
             shown = [cands[i] for i in order]
             correct = [self.verdict(t, c.text).score >= 1.0 for c in cands]
-            turns = yield self.central_asks(ep, shown, rnd)
+            central = self.central_asks(ep, shown, rnd)
+            if self.chain and self.mode == "select":
+                turns = yield from self.chained_selection(central if isinstance(central, list) else [central],
+                                                          shown, t)
+            else:
+                turns = yield central
             turns = turns if isinstance(turns, list) else [turns]
             decide = self.select if self.mode == "select" else self.generate
             record = decide(t, turns, order, correct, rnd, [c.text for c in cands])
@@ -119,11 +128,20 @@ class MaestroProtocol:
             records.append(record)
         ep.meta["rounds"], ep.meta["final"] = records, final
 
+    def replayed(self, task: Task, asks: list) -> list["Replayed"]:
+        """Round 1's candidates from ``replay`` instead of the engine: every central agent compared on the very same
+        slates (the slate order is seeded by the episode key as always). Not turns: no reward can refer to them."""
+        texts = self.replay.get(task.id)
+        if texts is None or len(texts) != len(asks):
+            raise ValueError(f"replayed slates: task {task.id} has {'no' if texts is None else len(texts)} "
+                             f"candidate(s), the protocol needs {len(asks)} (N·K)")
+        return [Replayed(text, a.agent) for text, a in zip(texts, asks)]
+
     def central_asks(self, ep: Episode, shown: list, rnd: int):
         """The greedy central ask (slot 0), then the G training samples (``meta["slate"]``: episode and round)."""
         task = ep.task
         role = self.central[answer_format(task) != BOXED_FORMAT]
-        refs = {f"candidate_{j}": c for j, c in enumerate(shown)}
+        refs = {f"candidate_{j}": c for j, c in enumerate(shown) if not isinstance(c, Replayed)}
         texts = [c.text for c in shown]
         one = ask(role, self.central_agent, task, label="central", round=rnd, refs=refs, candidates=texts)
         if self.mode == "gen_sc":
@@ -135,6 +153,26 @@ class MaestroProtocol:
                                      meta={"sample": g, "slate": f"{ep.key}|r{rnd}"}, refs=dict(refs))
                  for g in range(self.samples)]
         return [one, *extra]
+
+    def chained_selection(self, asks: list, shown: list, task: Task):
+        """The selection written in two stages (``chain``; small models that never write the strict format
+        unaided): stage 1 (role ``<label>_reason``) starts with ``Reason:`` and stops at ``Chosen`` or after
+        ``reason_tokens``; stage 2 starts with that rationale and ``\nChosen: Candidate `` (given, not generated)
+        and generates the number (at most 3 tokens, cut at the first space, newline or punctuation mark). The harness then writes ``Final:`` as the
+        shown candidate's own final answer (the round outputs that candidate anyway) and parses the whole text
+        strictly: no number, an out-of-range number or text after it on the line is a recorded parse failure.
+        Stage-2 turns refer to their rationale (``refs["rationale"]``), whose turn the ``slate`` source credits
+        with the same reward. A rationale cut by ``reason_tokens`` is cut by design (``meta["limit_by_design"]``:
+        ``trainer.mask_truncated`` keeps it). Returns the stage-2 turns."""
+        reasons = yield [dataclasses.replace(a, role=f"{a.role}_reason", prefix="Reason:", stop=("Chosen",),
+                                             max_new_tokens=self.reason_tokens, parser=None, refs=dict(a.refs),
+                                             meta={**a.meta, "limit_by_design": True}) for a in asks]
+        finals = [self.verdict(task, c.text).extracted for c in shown]
+        stage2 = [dataclasses.replace(a, prefix=f"Reason: {r.text.strip()}\nChosen: Candidate ", stop=STAGE2_STOP,
+                                      max_new_tokens=3, parser=with_final(a.parser, finals),
+                                      refs={**a.refs, "rationale": r}, meta=dict(a.meta))
+                  for a, r in zip(asks, reasons)]
+        return (yield stage2)
 
     def select(self, task: Task, turns: list, order: list[int], correct: list[bool], rnd: int,
                texts: list[str]) -> dict:
@@ -173,6 +211,47 @@ class MaestroProtocol:
                 "covered": any(correct), "chosen_correct": ok, "output_correct": ok, "picked": pick,
                 "_broadcast": gen_broadcast(text, verdict.extracted, self.justification_chars),
                 "_output_text": text}
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """A round-1 candidate read back from an earlier run (``MaestroProtocol.replay``)."""
+
+    text: str
+    agent: str | None = None
+
+
+def read_replay(path: str) -> dict[str, list[str]]:
+    """Round-1 candidates per task id from a ``selfevo eval setup=maestro_select`` ``items.jsonl`` (execution turns
+    of round 1, by slot)."""
+    import json
+
+    out: dict[str, list[str]] = {}
+    with open(path) as handle:
+        for n, line in enumerate(handle, 1):
+            try:
+                item = json.loads(line)
+                turns = sorted((r for r in item["responses"] if r["role"] == "execution" and r["round"] == 1),
+                               key=lambda r: r["slot"])
+                out[item["id"]] = [r["text"] for r in turns]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path} line {n}: not a maestro_select item ({type(exc).__name__}: {exc})") \
+                    from None
+    return out
+
+
+def with_final(parser, finals: Sequence[str | None]):
+    """``parser`` of a chained selection: a valid ``Chosen: Candidate k`` line gets ``Final: \\boxed{...}`` with
+    candidate k's final answer appended before the strict parse (anything else is parsed as it is: a failure)."""
+    from selfevo.roles.maestro import _CHOSEN
+
+    def parse(text: str):
+        m = _CHOSEN.search(text)
+        if m is not None and not text[m.end():].strip() and 1 <= int(m.group(1)) <= len(finals):
+            text = f"{text.rstrip()}\nFinal: \\boxed{{{finals[int(m.group(1)) - 1] or ''}}}"
+        return parser(text)
+
+    return parse
 
 
 # ---- metrics --------------------------------------------------------------------------------------------------

@@ -148,11 +148,13 @@ class Loop:
         """One optimizer call per agent (``agents``, default all) over its rewarded turns (see
         :func:`~selfevo.optimizers.train_agents`, ``extras`` included) at the schedule's learning rate for the
         current step, with the run's optimizer unless ``optimizer`` is given; only turns ``include`` accepts, and
-        completions cut by the token limit are left out when ``trainer.mask_truncated``."""
+        completions cut by the token limit are left out when ``trainer.mask_truncated`` (except turns whose limit
+        is part of their format, ``meta["limit_by_design"]``)."""
         t = self.cfg.trainer
         self.store.set_lr(lr_at(self.step, t.lr, t.lr_schedule, t.warmup_steps, t.max_steps, t.min_lr_ratio))
         keep = (lambda turn: (include is None or include(turn)) and not (t.mask_truncated and
-                                                                        turn.finish_reason == "length"))
+                                                                        turn.finish_reason == "length" and
+                                                                        not turn.meta.get("limit_by_design")))
         agree_on_rewards(episodes)
         return train_agents(self.store, optimizer or self.optimizer, episodes, agents or self.agents, group_by,
                             keep_together, keep, extras)

@@ -233,12 +233,14 @@ def critic_score(role: str = "critic", ref: str = "target", one_is_min: bool = F
 
 
 @REWARD_SOURCES.register("slate")
-def slate_source(role: str = "selector", on_parse_failure: float | None = 0.0) -> RewardSource:
+def slate_source(role: str = "selector", on_parse_failure: float | None = 0.0,
+                 credit_refs: Sequence[str] = ()) -> RewardSource:
     """Listwise slate reward: the candidates a selector turn saw (``refs["candidate_k"]``, k = 0..K-1) are verified
     against the task (each candidate turn once, however many selector turns share it); the selector's reward is its
     chosen candidate's (``parsed.value``: the 0-based index, or an object with an ``index``, e.g. MAESTRO's
     ``Selection``), or ``on_parse_failure`` when its choice does not parse (recorded as a failure, never read as a
-    choice)."""
+    choice). ``credit_refs``: names of a selector turn's refs (e.g. ``rationale``: the first stage of a chained
+    selection) whose turns get the same reward and ``slate_rewards``."""
     from selfevo.verifiers import verify
 
     def source(episodes: list[Episode]) -> RewardResult:
@@ -261,6 +263,10 @@ def slate_source(role: str = "selector", on_parse_failure: float | None = 0.0) -
                 failures.append(chosen is None)
                 covered.append(max(scores, default=0.0) >= 1.0)
                 rewards[i] = scores[chosen] if chosen is not None else on_parse_failure
+                for name in credit_refs:
+                    if name in t.refs:
+                        rewards[t.refs[name]] = rewards[i]
+                        ep.turns[t.refs[name]].meta["slate_rewards"] = scores
             out.append(rewards)
         return RewardResult(out, {"select_parse_failure_rate": _rate(failures), "coverage": _rate(covered)})
 

@@ -12,7 +12,11 @@ Options: ``n_agents`` (N), ``k`` (K), ``rounds`` (R), ``epsilon``, ``central_tem
 ``justification_chars``, ``history_chars``, ``candidate_chars`` (earlier solutions and candidates keep their
 *end*, where the answer is), ``shuffle_slate``, ``central_mode`` (``select``; ``gen`` = Central-Gen, ``gen_sc`` =
 Central-Gen+SC with ``sc_samples`` votes), ``view`` (``both`` | ``reason`` | ``answer``: what the central agent
-sees of each candidate), ``central_prefix`` (the start of the central answer, e.g. ``Reason:`` for small models).
+sees of each candidate), ``central_prefix`` (the start of the central answer, e.g. ``Reason:`` for small models),
+``slates`` (the ``items.jsonl`` of an earlier ``maestro_select`` eval with the same N and K: its round-1
+candidates are replayed instead of generated, so every central agent is compared on the same slates),
+``central_chain`` / ``reason_tokens`` (small models: the selection in two stages, see
+:meth:`~selfevo.algorithms.maestro_protocol.MaestroProtocol.chained_selection`).
 
 Metrics (:func:`~selfevo.algorithms.maestro_protocol.maestro_metrics`): coverage p_t, identification q_t,
 accuracy and selection parse-failure rate per round and overall. Steps: 2·R. Sampling defaults: temperature 0.7,
@@ -26,7 +30,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from selfevo.algorithms.maestro_protocol import MODES, MaestroProtocol, coverage_identification, maestro_metrics
+from selfevo.algorithms.maestro_protocol import (MODES, MaestroProtocol, coverage_identification, maestro_metrics,
+                                               read_replay)
 from selfevo.roles.maestro import (BOXED_FORMAT, CENTRAL, CODE_FORMAT, INITIAL, INTERACTIVE, VIEWS, Selection,
                                    answer_format, broadcast, parse_selection, shorten)
 from selfevo.setups.base import SETUPS, Episode, Setup, SetupError
@@ -51,6 +56,9 @@ class MaestroOptions:
     sc_samples: int = 3  # gen_sc: central answers voted on
     view: str = "both"  # what the central agent sees of each candidate: both | reason | answer
     central_prefix: str = ""  # the start of the central answer (small models: "Reason:")
+    central_chain: bool = False  # small models: rationale, then "Chosen: Candidate " given and the number generated
+    reason_tokens: int = 48  # central_chain: token limit of the rationale stage
+    slates: str | None = None  # items.jsonl of an earlier maestro_select eval: replay its round-1 candidates
 
 
 @SETUPS.register("maestro_select")
@@ -74,9 +82,20 @@ class MaestroSelect(Setup):
             raise SetupError(f"maestro_select: central_mode must be one of {', '.join(MODES)}, got {o.central_mode!r}")
         if o.view not in VIEWS:
             raise SetupError(f"maestro_select: view must be one of {', '.join(VIEWS)}, got {o.view!r}")
+        self.replay = None
+        if o.slates is not None:
+            try:
+                self.replay = read_replay(o.slates)
+            except (OSError, ValueError) as exc:
+                raise SetupError(f"maestro_select: cannot read slates={o.slates}: {exc}") from None
+        if o.central_chain and o.central_mode != "select":
+            raise SetupError(f"maestro_select: central_chain is a way of writing a selection; central_mode="
+                             f"{o.central_mode} writes none")
+        if o.reason_tokens < 1:
+            raise SetupError(f"maestro_select: reason_tokens must be >= 1, got {o.reason_tokens}")
 
     def max_steps(self) -> int:
-        return 2 * self.opts.rounds
+        return (3 if self.opts.central_chain else 2) * self.opts.rounds - (self.replay is not None)
 
     def central(self) -> str | None:
         o = self.opts
@@ -92,13 +111,18 @@ class MaestroSelect(Setup):
             epsilon=o.epsilon, seed=self.seed, mode=o.central_mode, view=o.view, central_prefix=o.central_prefix,
             central_temperature=o.central_temperature, sc_samples=o.sc_samples,
             justification_chars=o.justification_chars, history_chars=o.history_chars,
-            candidate_chars=o.candidate_chars, shuffle_slate=o.shuffle_slate)
+            candidate_chars=o.candidate_chars, shuffle_slate=o.shuffle_slate, chain=o.central_chain,
+            reason_tokens=o.reason_tokens, replay=self.replay)
 
     def slate_order(self, ep: Episode, rnd: int, size: int) -> list[int]:
         return self.protocol.slate_order(ep, rnd, size)
 
     def step_label(self, call: int) -> str:
-        return f"round {(call + 1) // 2} " + ("candidates" if call % 2 else "selection")
+        """Engine call ``call`` (1-based) of an episode: its round and stage (chain: rationale, then number;
+        replayed slates: round 1 has no candidates call)."""
+        stages = ["candidates", *(["rationale", "choice"] if self.opts.central_chain else ["selection"])]
+        index = call - 1 + (1 if self.replay is not None else 0)
+        return f"round {index // len(stages) + 1} {stages[index % len(stages)]}"
 
     def solve(self, ep: Episode):
         yield from self.protocol.program(ep)

@@ -19,7 +19,7 @@ from selfevo.tasks.base import (DATA_ENV, TASKS, HubSource, HubUnavailableError,
 from selfevo.tasks.prompts import PROMPT_FORMATS, format_prompt
 
 # Importing the modules registers their entries.
-from selfevo.tasks import math_sets, code_sets, science_sets, maslab  # noqa: E402,F401,I001
+from selfevo.tasks import math_sets, code_sets, science_sets, maslab, generated  # noqa: E402,F401,I001
 from selfevo.tasks.mix import comas_training_mix, mix_counts  # noqa: E402
 from selfevo.tasks.sage_seed import sage_seed_set  # noqa: E402
 
