@@ -1,6 +1,7 @@
 """A scripted engine for SAGE runs on tiny models: answers by the role's prefix, keyed by the request seed.
 
-Challenger ("<question>"): a new addition question with its answer; Critic ("<score>"): 8 or 3; Planner ("<plan>"):
+Challenger ("<question>"): a new addition question with its answer (a code reference: a new function ``f<n>`` with
+its tests and reference solution); Critic ("<score>"): 8 or 3; Planner ("<plan>"):
 a plan; Solver ("<answer>"): the right sum for even seeds, a wrong one for odd seeds. Importing registers it as
 engine "sage_script"; ``SAGE_SCRIPT_DELAY`` (seconds per call) slows it down for kill tests.
 """
@@ -13,7 +14,25 @@ from selfevo.engines.base import render_prompt, truncate_at_stop
 from selfevo.types import Completion
 
 
+CODE_ITEM = """Write a function f{n} that returns x + {n}.</question>
+<tests>
+```python
+assert f{n}(1) == {n1}
+assert f{n}(-{n}) == 0
+```
+</tests>
+<solution>
+```python
+def f{n}(x):
+    return x + {n}
+```
+</solution>"""
+
+
 def script(prefix: str, seed: int, prompt: str) -> str:
+    if prefix == "<question>" and "<tests>" in prompt:  # a code challenge: a new function with tests and solution
+        n = seed % 997
+        return CODE_ITEM.format(n=n, n1=n + 1)
     if prefix.startswith("<question>") and prefix.endswith("<answer>"):  # second stage of a tag chain
         a, b = (int(x) for x in re.findall(r"What is (\d+) \+ (\d+)", prefix)[-1])
         return f"{a + b}</answer>"
@@ -40,7 +59,7 @@ class SageScriptEngine:
         out = []
         for r in requests:
             tok = self.store.backbones[self.store.backbone_for(r)].tokenizer
-            text, _ = truncate_at_stop(script(r.prefix, r.seed, r.messages[-1]["content"]), r.sampling.stop)
+            text, _ = truncate_at_stop(script(r.prefix, r.seed, "\n".join(m["content"] for m in r.messages)), r.sampling.stop)
             ids = tok(text, add_special_tokens=False)["input_ids"]
             out.append(Completion(r, render_prompt(tok, r.messages, r.prefix), ids, [0.0] * len(ids), text, "stop"))
         return out

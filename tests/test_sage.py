@@ -119,3 +119,29 @@ def test_tag_chain_challenger_writes_one_tag_per_stage(tmp_path):
     assert [t["role"] for t in first[:2]] == ["challenger", "challenger"]
     assert first[1]["full_answer"].startswith("<question>") and "</question>\n<answer>" in first[1]["full_answer"]
     assert first[0]["reward"] == first[1]["reward"]  # every stage gets the Challenger's reward
+
+
+def test_admitted_code_items_verify_again_through_selfevo_verify(tmp_path, capsys):
+    """Code seeds: the Challenger's new functions are admitted (their reference solution passes their tests in the
+    sandbox, twice) and written to pool.jsonl; each one's reference solution scores 1.0 when re-run through
+    ``selfevo verify`` from the pool file, and a wrong solution scores 0."""
+    seeds = tmp_path / "code_seed.jsonl"
+    rows = [{"id": f"c{i}", "domain": "code", "question": f"Write a function g{i} that returns {i}.",
+             "tests": f"assert g{i}() == {i}", "entry_point": f"g{i}",
+             "meta": {"reference_solution": f"def g{i}():\n    return {i}\n"}} for i in range(3)]
+    seeds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    argv = [a if not a.startswith("data.tasks=") else f"data.tasks=[{seeds}]" for a in args(tmp_path, out)]
+    assert cli.main([*argv, "trainer.max_steps=1", "protocol.tag_chain=false"]) == 0
+    added = [it for it in QuestionPool.from_jsonl((out / "pool.jsonl").read_text()).items if it["origin"] != "seed"]
+    assert added and all(it["domain"] == "code" and it["tests"] and it["entry_point"] for it in added)
+    lines_in = []
+    for it in added:
+        good = f"```python\n{it['reference_solution']}```"
+        bad = f"```python\ndef {it['entry_point']}(x):\n    return x\n```"
+        lines_in += [{"domain": "code", "response": r, "tests": it["tests"], "entry_point": it["entry_point"]}
+                     for r in (good, bad)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines_in))
+    assert cli.main(["verify", "--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]) == 0
+    scores = [json.loads(x)["score"] for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert scores == [1.0, 0.0] * len(added)

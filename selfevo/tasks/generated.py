@@ -108,7 +108,8 @@ def register_arith(level: int) -> None:
     name = f"arith{level or ''}"
 
     def read(ctx: LoadContext) -> Iterator[dict]:
-        return arith_items(ctx.split, level, ctx.options["count"] or DEFAULT_COUNT[ctx.split])
+        count = ctx.options["count"]
+        return arith_items(ctx.split, level, DEFAULT_COUNT[ctx.split] if count is None else count)
 
     def to_task(row: dict, index: int, ctx: LoadContext) -> Task:
         return Task(id=f"{name}/{ctx.split}/{index}", domain="math", question=row["question"],
