@@ -119,6 +119,8 @@ class ModelCfg:
     backbones: list[str] = opt(["smollm2-135m-instruct"], "built-in model names, folders or hub ids; agent i uses "
                                "backbones[i % len(backbones)]", nonempty=True)
     dtype: str = opt("bfloat16", "weights and compute dtype", choices=DTYPES)
+    device: str = opt("auto", "where the backbones and adapters live: this process's GPU (cuda:$LOCAL_RANK) or the "
+                              "CPU; auto: the GPU if CUDA is available", choices=("auto", "cpu", "cuda"))
     lora: LoraCfg = opt(LoraCfg, "the LoRA adapter of each agent")
 
 

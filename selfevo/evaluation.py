@@ -69,6 +69,8 @@ class EvalConfig:
     engine: str = opt("hf", "generation engine (the in-process ones; vllm_server is wired for training runs only)",
                       choices=("hf", "vllm"))
     dtype: str = opt("bfloat16", "weights and compute dtype", choices=DTYPES)
+    device: str = opt("auto", "where the model lives (hf engine): the GPU if CUDA is available (auto), cpu, cuda",
+                      choices=("auto", "cpu", "cuda"))
     limit: int | None = opt(None, "tasks per benchmark (null: all)", ge=1)
     split: str | None = opt(None, "benchmark split (null: each benchmark's default)")
     data_root: str | None = opt(None, "benchmark data folder (null: $SELFEVO_DATA, else ../shared/data)")
@@ -108,6 +110,7 @@ class EvalArgs:
     max_batch: int
     setup_options: dict[str, dict[str, Any]]  # setup -> its options
     central_adapter: str | None = None  # maestro_select's central agent (PEFT folder)
+    device: str = "auto"  # where the model lives (hf engine)
 
 
 def _config_keys() -> set[str]:
@@ -162,7 +165,8 @@ def eval_args(cfg: DictConfig, options: dict[str, dict[str, Any]]) -> EvalArgs:
                     adapters=list(cfg.adapters), engine=cfg.engine, dtype=cfg.dtype, limit=cfg.limit,
                     split=cfg.split, data_root=cfg.data_root, seed=cfg.seed, output_dir=cfg.output_dir,
                     temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                    max_batch=cfg.max_batch, setup_options=options, central_adapter=cfg.central_adapter)
+                    max_batch=cfg.max_batch, setup_options=options, central_adapter=cfg.central_adapter,
+                    device=cfg.device)
 
 
 def parse_args(argv: Sequence[str], preset: str | None = None) -> EvalArgs:
@@ -314,7 +318,7 @@ def run_eval(args: EvalArgs, store=None, engine=None, verifier: Callable | None 
     seed_everything(args.seed)
     tasks = {b: load_tasks(b, args.split, data_root=args.data_root, limit=args.limit) for b in args.benchmarks}
     if store is None:
-        store = PolicyStore(dtype=args.dtype)
+        store = PolicyStore(dtype=args.dtype, device=args.device)
     agents = load_agents(store, args.model, args.adapters)
     central = load_adapter(store, args.model, "central", args.central_adapter) if args.central_adapter else None
     out = Path(args.output_dir)

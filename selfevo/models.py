@@ -210,6 +210,25 @@ def load_tokenizer(name: str):
     return tok
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(spec: str = "auto") -> str:
+    """Where models live: ``cuda`` is this process's GPU (``cuda:$LOCAL_RANK``, so torchrun gives each rank its
+    own), ``auto`` that GPU when CUDA is available, else ``cpu``. ``cuda`` without CUDA is a one-line ValueError."""
+    import os
+
+    import torch
+
+    if spec not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {spec!r}")
+    if spec == "cpu" or (spec == "auto" and not torch.cuda.is_available()):
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise ValueError(f"device=cuda, but CUDA is not available here (torch {torch.__version__})")
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+
+
 def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu", attn_implementation: str = "selfevo_gqa"):
     """A causal LM in eval mode; attention defaults to selfevo's grouped-query kernel (see selfevo.engines.attention)."""
     import torch

@@ -138,7 +138,8 @@ class HFEngine:
     def _generate_batch(self, bb, rows: list[_Row]) -> list[Completion]:
         model, tok = bb.model, bb.tokenizer
         stops = eos_ids(tok, model)
-        ids, attn = left_pad([r.prompt_ids for r in rows], tok.pad_token_id)
+        dev = bb.causal_lm.get_output_embeddings().weight.device  # the store's device; sampling stays on the CPU
+        ids, attn = (t.to(dev) for t in left_pad([r.prompt_ids for r in rows], tok.pad_token_id))
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         adapters = [r.request.agent for r in rows]
         ctx = MultiLoRA(model, adapters) if bb.is_peft else nullcontext()
@@ -152,19 +153,20 @@ class HFEngine:
             logits, cache = self._forward(net, ids, attn, pos, growing_cache(net.config, ids.shape[1] + limit))
             for _ in range(limit):
                 u = torch.tensor([rows[i].rng.random() for i in live])
-                tokens, logps = sample_next(logits, temps, top_ps, u)
+                tokens, logps = sample_next(logits.cpu(), temps, top_ps, u)
                 self._record(rows, live, tokens.tolist(), logps.tolist(), stops, tok)
                 keep = [j for j, i in enumerate(live) if rows[i].finish is None]
                 if not keep:
                     break
-                attn = torch.cat([attn, torch.ones(len(live), 1, dtype=attn.dtype)], dim=1)
+                attn = torch.cat([attn, torch.ones(len(live), 1, dtype=attn.dtype, device=dev)], dim=1)
                 pos = pos[:, -1:] + 1
-                step_ids = tokens.unsqueeze(-1)
+                step_ids = tokens.unsqueeze(-1).to(dev)
                 if len(keep) < self.compact_below * len(live):
                     sel = torch.tensor(keep)
                     live = [live[j] for j in keep]
-                    attn, pos, step_ids = attn[sel], pos[sel], step_ids[sel]
                     temps, top_ps = temps[sel], top_ps[sel]
+                    sel = sel.to(dev)
+                    attn, pos, step_ids = attn[sel], pos[sel], step_ids[sel]
                     cache.batch_select_indices(sel)
                     if isinstance(ctx, MultiLoRA):
                         ctx.select(sel)

@@ -83,7 +83,7 @@ class MultiLoRA:
 
     def _hook_group(self, members: list) -> None:
         stacks = [_stack(layer, self.names, layer.get_base_layer().weight.dtype) for layer in members]
-        masks = [row_mask(self.rows, self.names, ranks, scales, a.dtype) for a, _, ranks, scales in stacks]
+        masks = [row_mask(self.rows, self.names, ranks, scales, a.dtype).to(a.device) for a, _, ranks, scales in stacks]
         group = _Group(torch.cat([a for a, *_ in stacks]), torch.cat(masks, dim=1))
         self._groups.append(group)
         start = 0

@@ -51,7 +51,7 @@ class PackedLinears:
             return self
         for name, module in self.model.named_modules():
             if type(module) is torch.nn.Linear and module.weight.dtype == torch.bfloat16 \
-                    and not module.weight.requires_grad and "lora_" not in name:
+                    and module.weight.device.type == "cpu" and not module.weight.requires_grad and "lora_" not in name:
                 module.forward = _packed_forward(module, ops)
                 self._stack.callback(module.__dict__.pop, "forward", None)
         return self
@@ -63,7 +63,7 @@ class PackedLinears:
 def frozen_linear(weight: torch.Tensor):
     """``x2d -> x2d @ weight.T`` for a weight that stays fixed while the callable lives: a packed oneDNN GEMM for
     bf16 on CPUs with vLLM's ops (about 2× faster than torch at LoRA's small shapes), else ``torch.matmul``."""
-    ops = onednn_ops() if weight.dtype == torch.bfloat16 else None
+    ops = onednn_ops() if weight.dtype == torch.bfloat16 and weight.device.type == "cpu" else None
     if ops is None:
         wt = weight.t()
         return lambda x: torch.matmul(x, wt)

@@ -22,7 +22,14 @@ def policy_store(model: DictConfig, **settings) -> PolicyStore:
     """A store for ``model`` (dtype, LoRA); ``settings`` go to :class:`PolicyStore` (lr, micro_batch, betas, ...)."""
     lora = LoraSettings(r=model.lora.r, alpha=model.lora.alpha, dropout=model.lora.dropout,
                         target_modules=model.lora.target_modules)
-    return PolicyStore(dtype=model.dtype, lora=lora, **settings)
+    from selfevo.config import ConfigError
+    from selfevo.models import resolve_device
+
+    try:
+        device = resolve_device(model.device)
+    except ValueError as exc:
+        raise ConfigError(f"model.device: {exc}") from None
+    return PolicyStore(dtype=model.dtype, lora=lora, device=device, **settings)
 
 
 def add_agents(store: PolicyStore, names: list[str], backbones: list[str]) -> None:

@@ -52,8 +52,9 @@ class Backbone:
 class PolicyStore:
     def __init__(self, dtype: str = "bfloat16", lora: LoraSettings | None = None, lr: float = 1e-5,
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, micro_batch: int = 8,
-                 betas: tuple[float, float] = (0.9, 0.999)):
+                 betas: tuple[float, float] = (0.9, 0.999), device: str = "cpu"):
         self.dtype = dtype
+        self.device = models.resolve_device(device)
         self.lora = lora or LoraSettings()
         self.lr, self.weight_decay, self.max_grad_norm = lr, weight_decay, max_grad_norm
         self.betas = tuple(betas)
@@ -67,7 +68,7 @@ class PolicyStore:
     def backbone(self, name: str) -> Backbone:
         if name not in self.backbones:
             tok = models.load_tokenizer(name)
-            self.backbones[name] = Backbone(name, tok, models.load_model(name, self.dtype))
+            self.backbones[name] = Backbone(name, tok, models.load_model(name, self.dtype, self.device))
         return self.backbones[name]
 
     def add_agent(self, agent: str, backbone: str = models.DEFAULT_MODEL, lora: LoraSettings | None = None) -> None:
@@ -129,14 +130,16 @@ class PolicyStore:
         name = self.agent_backbone[agent] if agent is not None else (backbone or next(iter(self.backbones)))
         with self._policy(agent, name) as bb:
             lm = bb.causal_lm
-            hidden = lm.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
-            scored = batch.loss_mask[:, 1:] > 0
             head = lm.get_output_embeddings().weight
-            logp = chosen_logprobs(hidden[:, :-1][scored], head, batch.input_ids[:, 1:][scored])
-            ent = chosen_entropy(hidden[:, :-1][scored], head) if entropy else None
+            ids = batch.input_ids.to(head.device)  # the batch lives on the CPU; the model where the store put it
+            hidden = lm.model(input_ids=ids, attention_mask=batch.attention_mask.to(head.device)).last_hidden_state
+            scored = batch.loss_mask[:, 1:] > 0
+            on_dev = scored.to(head.device)
+            logp = chosen_logprobs(hidden[:, :-1][on_dev], head, ids[:, 1:][on_dev])
+            ent = chosen_entropy(hidden[:, :-1][on_dev], head) if entropy else None
 
-        def grid(values: torch.Tensor) -> torch.Tensor:
-            full = torch.zeros(scored.shape, dtype=torch.float32).masked_scatter(scored, values)  # differentiable
+        def grid(values: torch.Tensor) -> torch.Tensor:  # on the CPU, as the batch (a no-op on a CPU store)
+            full = torch.zeros(scored.shape, dtype=torch.float32).masked_scatter(scored, values.float().cpu())
             return torch.cat([torch.zeros(batch.input_ids.shape[0], 1), full], dim=1)
 
         return (grid(logp), grid(ent)) if entropy else grid(logp)

@@ -1,0 +1,129 @@
+"""Does self-evolution work here? Untrained vs trained on the same held-out items, per method, paired.
+
+    .venv/bin/python benchmarks/ablations/effect.py [--methods comas sage] [--n 500] [--table-only]
+
+1. *Before*, once: ``selfevo eval benchmark=arith setup=vanilla`` of the untrained embedded model on the first
+   ``--n`` held-out ``arith`` test items, greedy (``runs/effect/base``).
+2. Per method: its ``cpu-learn`` preset (``selfevo run <method> --preset cpu-learn``, training on ``arith:train``,
+   disjoint from the held-out items by construction), resumable in ``runs/effect/<method>``.
+3. *After*: the same evaluation with the run's final adapter (``adapters/final/<agent>``; CoMAS: each agent).
+4. MAESTRO: its selectors are compared on fixed held-out slates by ``maestro_selectors.py``; its table is read from
+   ``benchmarks/results/maestro_selectors.json`` (prompt only → CLPO), when present.
+
+Writes ``benchmarks/results/effect.json`` — ``{"methods": {name: {"n", "before", "after", "before_ci",
+"after_ci", "diff", "diff_low", "diff_high", "improved", "worsened", "before_items", "after_items", "command",
+"train_s"}}}`` (items: per-item 0/1 in the same order) — and ``effect.md``, and prints the table. Intervals: 95%
+Wilson for accuracies, the normal interval of the paired per-item differences for the change.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from selfevo.stats import paired_difference, wilson  # noqa: E402
+
+BENCH = "arith"
+EVAL = ["setup=vanilla", "max_new_tokens=256", "temperature=0"]
+AGENTS = {"comas": ["agent0", "agent1", "agent2", "agent3"], "sage": ["sage"]}
+
+
+def sh(cmd: list[str]) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def evaluate(out: Path, n: int, extra: list[str], run: bool) -> list[float] | None:
+    """Per-item correctness (0/1, held-out order) of one evaluation, running it first if needed."""
+    items = out / f"{BENCH}-vanilla" / "items.jsonl"
+    if run and not items.exists():
+        sh([sys.executable, "-m", "selfevo.cli", "eval", f"benchmark={BENCH}", f"limit={n}", f"output_dir={out}",
+            *EVAL, *extra])
+    if not items.exists():
+        return None
+    return [float(json.loads(line)["correct"]) for line in items.read_text().splitlines()]
+
+
+def train(method: str, out: Path, run: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "selfevo.cli", "run", method, "--preset", "cpu-learn", f"output_dir={out}"]
+    if run and not (out / "adapters" / "final").exists():
+        sh(cmd + (["resume=true"] if (out / "metrics.jsonl").exists() else []))
+    return ["selfevo", *cmd[3:]]
+
+
+def train_seconds(out: Path) -> float | None:
+    path = out / "metrics.jsonl"
+    if not path.exists():
+        return None
+    return round(sum(m.get("rollout_s", 0) + m.get("update_s", 0)
+                     for m in map(json.loads, path.read_text().splitlines())), 1)
+
+
+def row(before: list[float], after: list[float], **extra) -> dict:
+    n = len(before)
+    d = paired_difference(before, after)
+    return {"n": n, "before": sum(before) / n, "after": sum(after) / n,
+            "before_ci": wilson(int(sum(before)), n), "after_ci": wilson(int(sum(after)), n), "diff": d["diff"],
+            "diff_low": d["low"], "diff_high": d["high"], "improved": d["improved"], "worsened": d["worsened"],
+            "before_items": before, "after_items": after, **extra}
+
+
+def maestro_row() -> dict | None:
+    path = Path("benchmarks/results/maestro_selectors.json")
+    if not path.exists():
+        return None
+    centrals = json.loads(path.read_text())["centrals"]
+    if "prompt_only" not in centrals or "clpo" not in centrals:
+        return None
+    base, clpo = centrals["prompt_only"], centrals["clpo"]
+    return row(base["items"], clpo["items"], what="central agent on fixed held-out slates (accuracy = the chosen "
+               "candidate is correct)", identification_before=base["identification"],
+               identification_after=clpo["identification"], command="benchmarks/ablations/maestro_selectors.py")
+
+
+def table(methods: dict) -> str:
+    lines = ["| method | agent | n | before | after | after − before (paired 95%) | items +/− | training s |",
+             "|---" * 8 + "|"]
+    for name, r in methods.items():
+        ci = lambda x: f"[{x[0]:.3f}, {x[1]:.3f}]"  # noqa: E731
+        lines.append(f"| {name} | {r.get('agent', '–')} | {r['n']} | {r['before']:.3f} {ci(r['before_ci'])} | "
+                     f"{r['after']:.3f} {ci(r['after_ci'])} | {r['diff']:+.3f} [{r['diff_low']:+.3f}, "
+                     f"{r['diff_high']:+.3f}] | +{r['improved']}/−{r['worsened']} | {r.get('train_s') or '–'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--methods", nargs="+", default=list(AGENTS), choices=list(AGENTS))
+    ap.add_argument("--n", type=int, default=500)
+    ap.add_argument("--out", default="runs/effect")
+    ap.add_argument("--results", default="benchmarks/results/effect")
+    ap.add_argument("--table-only", action="store_true")
+    args = ap.parse_args()
+    out, run = Path(args.out), not args.table_only
+    before = evaluate(out / "base", args.n, [], run)
+    methods: dict[str, dict] = {}
+    for method in args.methods:
+        where = out / method
+        command = train(method, where, run)
+        for agent in AGENTS[method]:
+            adapter = where / "adapters" / "final" / agent
+            after = evaluate(where / "eval" / agent, args.n, [f"adapters=[{adapter}]"], run and adapter.exists())
+            if before is not None and after is not None:
+                key = method if len(AGENTS[method]) == 1 else f"{method}/{agent}"
+                methods[key] = row(before, after, agent=agent, command=" ".join(command),
+                                   train_s=train_seconds(where))
+    if (m := maestro_row()) is not None:
+        methods["maestro"] = {**m, "agent": "central"}
+    md = table(methods)
+    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.results + ".json").write_text(json.dumps({"benchmark": BENCH, "eval": EVAL, "methods": methods}) + "\n")
+    Path(args.results + ".md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
