@@ -6,13 +6,14 @@
    ``--n`` held-out ``arith`` test items, greedy (``runs/effect/base``).
 2. Per method: its ``cpu-learn`` preset (``selfevo run <method> --preset cpu-learn``, training on ``arith:train``,
    disjoint from the held-out items by construction), resumable in ``runs/effect/<method>``.
-3. *After*: the same evaluation with the run's final adapter (``adapters/final/<agent>``; CoMAS: each agent).
+3. *After*: the same evaluation with the run's final adapter (``adapters/final/<agent>``; CoMAS: agent 0).
 4. MAESTRO: its selectors are compared on fixed held-out slates by ``maestro_selectors.py``; its table is read from
    ``benchmarks/results/maestro_selectors.json`` (prompt only → CLPO), when present.
 
 Writes ``benchmarks/results/effect.json`` — ``{"methods": {name: {"n", "before", "after", "before_ci",
 "after_ci", "diff", "diff_low", "diff_high", "improved", "worsened", "before_items", "after_items", "command",
-"train_s"}}}`` (items: per-item 0/1 in the same order) — and ``effect.md``, and prints the table. Intervals: 95%
+"train_s"}}}`` (items: per-item 0/1 in the same order), ``effect.md`` and ``effect.png`` (training curves), and
+prints the table. Intervals: 95%
 Wilson for accuracies, the normal interval of the paired per-item differences for the change.
 """
 from __future__ import annotations
@@ -28,7 +29,16 @@ from selfevo.stats import paired_difference, wilson  # noqa: E402
 
 BENCH = "arith"
 EVAL = ["setup=vanilla", "max_new_tokens=256", "temperature=0"]
-AGENTS = {"comas": ["agent0", "agent1", "agent2", "agent3"], "sage": ["sage"]}
+AGENTS = {"comas": ["agent0"], "sage": ["sage"], "grpo": ["agent0"]}  # CoMAS: agent 0 (its agents are symmetric)
+# the training command of each method (output_dir appended); grpo: the compose_rewards example as a plain GRPO
+# baseline with the verifier reward alone (its answers think inside <think></think>, 4 samples per task)
+COMMANDS = {
+    "comas": ["-m", "selfevo.cli", "run", "comas", "--preset", "cpu-learn"],
+    "sage": ["-m", "selfevo.cli", "run", "sage", "--preset", "cpu-learn"],
+    "grpo": ["examples/compose_rewards.py", "--steps", "12", "data.tasks=[arith:train]", "data.limit=1000",
+             "sampling.max_new_tokens=160", "trainer.tasks_per_step=8", "trainer.lr=1e-4",
+             "trainer.save_adapters_every=4", "--rewards", "verifier:1"],
+}
 
 
 def sh(cmd: list[str]) -> None:
@@ -48,10 +58,16 @@ def evaluate(out: Path, n: int, extra: list[str], run: bool) -> list[float] | No
 
 
 def train(method: str, out: Path, run: bool) -> list[str]:
-    cmd = [sys.executable, "-m", "selfevo.cli", "run", method, "--preset", "cpu-learn", f"output_dir={out}"]
+    cmd = [sys.executable, *COMMANDS[method]]
+    where = [f"--output={out}"] if method == "grpo" else [f"output_dir={out}"]
+    resume = ["resume=true"] if (out / "metrics.jsonl").exists() else []
+    if method == "grpo":  # the example takes config keys before --rewards
+        cmd = cmd[:cmd.index("--rewards")] + resume + cmd[cmd.index("--rewards"):] + where
+    else:
+        cmd = cmd + where + resume
     if run and not (out / "adapters" / "final").exists():
-        sh(cmd + (["resume=true"] if (out / "metrics.jsonl").exists() else []))
-    return ["selfevo", *cmd[3:]]
+        sh(cmd)
+    return ["python" if method == "grpo" else "selfevo", *cmd[1 if method == "grpo" else 3:]]
 
 
 def train_seconds(out: Path) -> float | None:
@@ -95,6 +111,36 @@ def table(methods: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+CURVES = {"comas": ("verified_accuracy", "precision", "recall", "parse_failure_rate"),
+          "sage": ("solver_accuracy", "format.solver", "acceptance_rate")}
+
+
+def plot(out: Path, methods: list[str], path: Path) -> None:
+    """Training curves per method (its metrics.jsonl): the verified accuracy of its own rollouts and what its
+    rewards were made of (CoMAS: precision / recall of the scores against the verifier)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [(m, out / m / "metrics.jsonl") for m in methods if (out / m / "metrics.jsonl").exists()]
+    if not runs:
+        return
+    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4), squeeze=False)
+    for ax, (method, path_m) in zip(axes[0], runs):
+        lines = [json.loads(x) for x in path_m.read_text().splitlines()]
+        for key in CURVES[method]:
+            ys = [m.get(key) for m in lines]
+            ax.plot([m["step"] for m in lines], [float("nan") if y is None else y for y in ys], marker="o", label=key)
+        ax.set_title(f"{method} --preset cpu-learn (training rollouts)")
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--methods", nargs="+", default=list(AGENTS), choices=list(AGENTS))
@@ -122,6 +168,7 @@ def main() -> None:
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results + ".json").write_text(json.dumps({"benchmark": BENCH, "eval": EVAL, "methods": methods}) + "\n")
     Path(args.results + ".md").write_text(md)
+    plot(out, args.methods, Path(args.results + ".png"))
     print(md)
 
 

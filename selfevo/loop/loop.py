@@ -61,6 +61,7 @@ class Loop:
         self.cfg, self.dir = cfg, Path(cfg.output_dir)
         distributed.init()  # launched by torchrun: join the process group (a no-op in a single process)
         self.main = distributed.is_main()
+        self._rollout_s: float | None = None  # the last rollout's wall time, until reward_and_train logs it
         build.seed_everything(cfg.seed)
         t = cfg.trainer
         self.store = build.policy_store(cfg.model, lr=t.lr, micro_batch=t.micro_batch, max_grad_norm=t.max_grad_norm,
@@ -126,9 +127,11 @@ class Loop:
 
     def rollout(self, step: int, tasks: list[Task], program, label: str = "rollout") -> list[Episode]:
         """Run ``program`` on the step's batch of ``tasks``: one episode per task (keyed by position and task id),
-        every wave of asks one engine call."""
+        every wave of asks one engine call. Its wall time goes into the next :meth:`reward_and_train` metrics
+        (``rollout_s``)."""
         batch = [Episode(t, key=f"{i}:{t.id}") for i, t in enumerate(self.batch(tasks, step))]
-        return self.runner(step).run(batch, program, label)
+        episodes, self._rollout_s = timed(self.runner(step).run, batch, program, label)
+        return episodes
 
     def reward_and_train(self, episodes: list[Episode], reward, **train_options) -> dict:
         """The common end of a one-phase step: ``reward`` (a reward source) scores the turns, every agent trains on
@@ -139,7 +142,10 @@ class Loop:
         result = reward(episodes)
         assign(episodes, result)
         train, update_s = timed(self.train, episodes, **train_options)
-        return {**turn_metrics(episodes, self.agents), **result.metrics, "train": train, "update_s": update_s}
+        rollout = {} if self._rollout_s is None else {"rollout_s": self._rollout_s}
+        self._rollout_s = None
+        return {**turn_metrics(episodes, self.agents), **result.metrics, "train": train, **rollout,
+                "update_s": update_s}
 
     def train(self, episodes: list[Episode], group_by: Callable[[Turn], Hashable] | None = None,
               keep_together: Callable[[Turn], Hashable] | None = None,
