@@ -74,8 +74,10 @@ def train_seconds(out: Path) -> float | None:
     path = out / "metrics.jsonl"
     if not path.exists():
         return None
-    return round(sum(m.get("rollout_s", 0) + m.get("update_s", 0)
-                     for m in map(json.loads, path.read_text().splitlines())), 1)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    if not all("rollout_s" in m and "update_s" in m for m in lines):
+        return None  # a run from before rollouts were timed: unknown
+    return round(sum(m["rollout_s"] + m["update_s"] for m in lines), 1)
 
 
 def row(before: list[float], after: list[float], **extra) -> dict:
@@ -112,7 +114,7 @@ def table(methods: dict) -> str:
 
 
 CURVES = {"comas": ("verified_accuracy", "precision", "recall", "parse_failure_rate"),
-          "sage": ("solver_accuracy", "format.solver", "acceptance_rate")}
+          "sage": ("solver_accuracy", "format.solver", "acceptance_rate"), "grpo": ("accuracy",)}
 
 
 def plot(out: Path, methods: list[str], path: Path) -> None:
