@@ -598,13 +598,16 @@ def test_baseline_trainers_run(tmp_path, optimizer):
     out = tmp_path / "run"
     assert cli.main(args(tmp_path, out, "trainer.max_steps=1", f"trainer.optimizer={optimizer}")) == 0
     [m] = lines(out / "metrics.jsonl")
-    samples = [t for e in lines(out / "episodes.jsonl") for t in e["turns"] if t["role"] == "central_sample"]
+    turns = [t for e in lines(out / "episodes.jsonl") for t in e["turns"]]
+    samples = [t for t in turns if t["role"] == "central_sample"]
+    reasons = [t for t in turns if t["role"] == "central_sample_reason"]  # the cpu preset chains the selection
     if optimizer == "none":  # prompt only: no training samples are drawn, nothing trains
-        assert not samples and m["train"] == {} and "coverage" in m
+        assert not samples and not reasons and m["train"] == {} and "coverage" in m
     elif optimizer == "grpo":  # the whole central output, advantages normalised within each slate's G samples
-        assert len(samples) == 3 * 2 * 3 and m["train"]["central"]["optimizer_steps"] == 1
-    else:  # SFT on the correct selections only
-        assert m["train"]["central"]["rows"] == sum(t["reward"] > 0 for t in samples)
+        assert len(samples) == len(reasons) == 3 * 2 * 3 and m["train"]["central"]["optimizer_steps"] == 1
+    else:  # SFT on the correct selections only (both stages of each: its rationale and its number)
+        assert [t["reward"] for t in reasons] == [t["reward"] for t in samples]
+        assert m["train"]["central"]["rows"] == 2 * sum(t["reward"] > 0 for t in samples)
 
 
 def test_trainable_executors_and_ablation_config(tmp_path, capsys):

@@ -55,7 +55,8 @@ def held_out(run: Path, limit: int) -> dict | None:
                 f"max_new_tokens={s['max_new_tokens']}", f"temperature={s['temperature']}", f"top_p={s['top_p']}",
                 f"n_agents={cfg['agents']}", f"k={p['k']}", f"rounds={p['rounds']}", f"epsilon={p['epsilon']}",
                 f"central_mode={p['central']}", f"sc_samples={p['sc_samples']}", f"view={p['view']}",
-                f"central_prefix={p['central_prefix']}",
+                f"central_prefix={p['central_prefix']}", f"central_chain={str(p['central_chain']).lower()}",
+                f"reason_tokens={p['reason_tokens']}",
                 f"candidate_chars={p['candidate_chars'] if p['candidate_chars'] is not None else 'null'}"]
         if cfg["trainer"]["optimizer"] != "none":
             argv.append(f"central_adapter={run / 'adapters' / 'final' / 'central'}")

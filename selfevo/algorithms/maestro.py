@@ -54,7 +54,8 @@ class MaestroProtocolCfg:
     sample_temperature: float = opt(1.0, "temperature of the G training samples (the broadcast is greedy)", gt=0)
     central_prefix: str = opt("", "start central answers with this (small models: 'Reason:'); '' = paper")
     central_chain: bool = opt(False, "small models: the selection in two stages, rationale then 'Chosen: Candidate "
-                                     "k' (given up to k); Final is the chosen candidate's answer (see the docs)")
+                                     "k' (given up to k); Final is the chosen candidate's answer (see the docs); "
+                                     "Central-Select only (central=gen|gen_sc write no selection)")
     reason_tokens: int = opt(48, "central_chain: token limit of the rationale stage", ge=1)
     central_max_new_tokens: int = opt(0, "token limit of central answers (0: sampling.max_new_tokens)", ge=0)
     justification_chars: int = opt(300, "the broadcast's justification: its first this-many characters", ge=1)
@@ -104,9 +105,6 @@ class Config(RunCfg):
         if cfg.protocol.central != "select" and cfg.trainer.optimizer != "none":
             raise ConfigError(f"protocol.central={cfg.protocol.central} has no selection to train: use "
                               f"trainer.optimizer=none (got {cfg.trainer.optimizer})")
-        if cfg.protocol.central_chain and cfg.protocol.central != "select":
-            raise ConfigError(f"protocol.central_chain is a way of writing a selection; protocol.central="
-                              f"{cfg.protocol.central} writes none")
         if cfg.trainer.optimizer == "clpo" and not (cfg.clpo.choice or cfg.clpo.rank):
             raise ConfigError("clpo.choice and clpo.rank are both false: CLPO would train nothing but KL/entropy")
 

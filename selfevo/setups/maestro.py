@@ -57,6 +57,7 @@ class MaestroOptions:
     view: str = "both"  # what the central agent sees of each candidate: both | reason | answer
     central_prefix: str = ""  # the start of the central answer (small models: "Reason:")
     central_chain: bool = False  # small models: rationale, then "Chosen: Candidate " given and the number generated
+    # (Central-Select only: central_mode=gen|gen_sc write no selection)
     reason_tokens: int = 48  # central_chain: token limit of the rationale stage
     slates: str | None = None  # items.jsonl of an earlier maestro_select eval: replay its round-1 candidates
 
@@ -88,14 +89,16 @@ class MaestroSelect(Setup):
                 self.replay = read_replay(o.slates)
             except (OSError, ValueError) as exc:
                 raise SetupError(f"maestro_select: cannot read slates={o.slates}: {exc}") from None
-        if o.central_chain and o.central_mode != "select":
-            raise SetupError(f"maestro_select: central_chain is a way of writing a selection; central_mode="
-                             f"{o.central_mode} writes none")
         if o.reason_tokens < 1:
             raise SetupError(f"maestro_select: reason_tokens must be >= 1, got {o.reason_tokens}")
 
     def max_steps(self) -> int:
-        return (3 if self.opts.central_chain else 2) * self.opts.rounds - (self.replay is not None)
+        return (3 if self.chained else 2) * self.opts.rounds - (self.replay is not None)
+
+    @property
+    def chained(self) -> bool:
+        """The selection is written in two stages (``central_chain``; Central-Select only)."""
+        return self.opts.central_chain and self.opts.central_mode == "select"
 
     def central(self) -> str | None:
         o = self.opts
@@ -120,7 +123,7 @@ class MaestroSelect(Setup):
     def step_label(self, call: int) -> str:
         """Engine call ``call`` (1-based) of an episode: its round and stage (chain: rationale, then number;
         replayed slates: round 1 has no candidates call)."""
-        stages = ["candidates", *(["rationale", "choice"] if self.opts.central_chain else ["selection"])]
+        stages = ["candidates", *(["rationale", "choice"] if self.chained else ["selection"])]
         index = call - 1 + (1 if self.replay is not None else 0)
         return f"round {index // len(stages) + 1} {stages[index % len(stages)]}"
 
