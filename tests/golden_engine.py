@@ -12,36 +12,19 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository, for `selfevo`
 
+from scripted import ScriptedEngine  # noqa: E402
 from selfevo.engines import ENGINES  # noqa: E402
-from selfevo.engines.base import render_prompt  # noqa: E402
-from selfevo.types import Completion  # noqa: E402
 
 SCORES = ("<score>1</score>", "<score>2</score>", "<score>3</score>", "I cannot decide.")
 
 
-class GoldenEngine:
+class GoldenEngine(ScriptedEngine):
     """Deterministic completions keyed by the request seed; prompt ids from the real chat template."""
 
-    def __init__(self, store, **_):
-        self.store = store
-
-    def generate(self, requests):
-        out = []
-        for r in requests:
-            tok = self.store.backbones[self.store.backbone_for(r)].tokenizer
-            if r.prefix == "<score>":
-                text = SCORES[r.seed % 4][len("<score>"):] if r.seed % 4 < 3 else SCORES[3]
-            else:
-                text = f"Answer {r.seed % 97}: the value is \\boxed{{{r.seed % 7}}}."
-            ids = tok(text, add_special_tokens=False)["input_ids"]
-            out.append(Completion(r, render_prompt(tok, r.messages, r.prefix), ids, [0.0] * len(ids), text, "stop"))
-        return out
-
-    def sync_adapter(self, agent):
-        pass
-
-    def close(self):
-        pass
+    def answer(self, r) -> str:
+        if r.prefix == "<score>":
+            return SCORES[r.seed % 4][len("<score>"):] if r.seed % 4 < 3 else SCORES[3]
+        return f"Answer {r.seed % 97}: the value is \\boxed{{{r.seed % 7}}}."
 
 
 if "golden" not in ENGINES:

@@ -9,9 +9,9 @@ import os
 import re
 import time
 
+from scripted import ScriptedEngine
 from selfevo.engines import ENGINES
-from selfevo.engines.base import render_prompt, truncate_at_stop
-from selfevo.types import Completion
+from selfevo.engines.base import truncate_at_stop
 
 
 CODE_ITEM = """Write a function f{n} that returns x + {n}.</question>
@@ -50,25 +50,14 @@ def script(prefix: str, seed: int, prompt: str) -> str:
     return f"Answer: \\boxed{{{seed % 10}}}"
 
 
-class SageScriptEngine:
-    def __init__(self, store, **_):
-        self.store = store
-
+class SageScriptEngine(ScriptedEngine):
     def generate(self, requests):
         time.sleep(float(os.environ.get("SAGE_SCRIPT_DELAY", "0")))
-        out = []
-        for r in requests:
-            tok = self.store.backbones[self.store.backbone_for(r)].tokenizer
-            text, _ = truncate_at_stop(script(r.prefix, r.seed, "\n".join(m["content"] for m in r.messages)), r.sampling.stop)
-            ids = tok(text, add_special_tokens=False)["input_ids"]
-            out.append(Completion(r, render_prompt(tok, r.messages, r.prefix), ids, [0.0] * len(ids), text, "stop"))
-        return out
+        return super().generate(requests)
 
-    def sync_adapter(self, agent):
-        pass
-
-    def close(self):
-        pass
+    def answer(self, r) -> str:
+        return truncate_at_stop(script(r.prefix, r.seed, "\n".join(m["content"] for m in r.messages)),
+                                r.sampling.stop)[0]
 
 
 if "sage_script" not in ENGINES:

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from scripted import ScriptedEngine
 
 from selfevo import cli
 from selfevo.algorithms.maestro import clpo_rows, span_mask
 from selfevo.algorithms.maestro_protocol import STAGE2_STOP, MaestroProtocol, maestro_metrics, with_final
 from selfevo.engines import ENGINES
-from selfevo.engines.base import render_prompt, truncate_at_stop
+from selfevo.engines.base import truncate_at_stop
 from selfevo.interaction import Episode, Runner, Turn
 from selfevo.optimizers import OPTIMIZERS, OptimCfg, Samples
 from selfevo.optimizers.clpo import choice_advantages, slate_steps, slate_terms
@@ -61,34 +62,23 @@ def script(r: Request) -> str:
     return f"Add {a} and {b}. The answer is \\boxed{{{a + b if s % 3 == 0 else a + b + 1}}}"
 
 
-class ScriptEngine:
-    """``answer`` (default ``script``) cut before the first stop string as a real engine does, with the backbone's
-    real prompt and completion token ids; records every call."""
+class ScriptEngine(ScriptedEngine):
+    """``answer`` (default ``script``) cut before the first stop string as a real engine does; records every
+    call."""
 
     calls: list = []
 
     def __init__(self, store=None, answer=None, **_):
-        self.store, self.answer = store, answer or script
+        super().__init__(store)
+        self.script = answer or script
         ScriptEngine.calls = self.calls = []
 
     def generate(self, requests):
         self.calls.append(list(requests))
-        out = []
-        for r in requests:
-            text = truncate_at_stop(self.answer(r), r.sampling.stop)[0]
-            if self.store is None:
-                out.append(Completion(r, [1], [2, 3], [0.0, 0.0], text, "stop"))
-                continue
-            tok = self.store.backbones[self.store.backbone_for(r)].tokenizer
-            ids = tok(text, add_special_tokens=False)["input_ids"]
-            out.append(Completion(r, render_prompt(tok, r.messages, r.prefix), ids, [0.0] * len(ids), text, "stop"))
-        return out
+        return super().generate(requests)
 
-    def sync_adapter(self, agent):
-        pass
-
-    def close(self):
-        pass
+    def answer(self, r) -> str:
+        return truncate_at_stop(self.script(r), r.sampling.stop)[0]
 
 
 if "maestro_script" not in ENGINES:

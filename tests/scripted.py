@@ -1,0 +1,30 @@
+"""The base of the tests' scripted engines (golden, sage_script, maestro_script): a subclass gives the text of
+each request (``answer``); completions carry the backbone's real prompt and completion token ids, so updates
+train on real batches (without a store: fixed stand-in ids)."""
+from selfevo.engines.base import render_prompt
+from selfevo.types import Completion
+
+
+class ScriptedEngine:
+    def __init__(self, store=None, **_):
+        self.store = store
+
+    def answer(self, request) -> str:
+        raise NotImplementedError
+
+    def generate(self, requests):
+        return [self.complete(r, self.answer(r)) for r in requests]
+
+    def complete(self, request, text: str) -> Completion:
+        if self.store is None:
+            return Completion(request, [1], [2, 3], [0.0, 0.0], text, "stop")
+        tok = self.store.backbones[self.store.backbone_for(request)].tokenizer
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        return Completion(request, render_prompt(tok, request.messages, request.prefix), ids, [0.0] * len(ids), text,
+                          "stop")
+
+    def sync_adapter(self, agent):
+        pass
+
+    def close(self):
+        pass
