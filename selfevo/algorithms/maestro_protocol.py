@@ -162,8 +162,8 @@ class MaestroProtocol:
         harness then writes ``Final:`` as the shown candidate's own final answer (the round outputs that candidate
         anyway) and parses the whole text strictly: no number, an out-of-range number or text after it on the line
         is a recorded parse failure. Stage-2 turns refer to their rationale (``refs["rationale"]``), whose turn the
-        ``slate`` source credits with the same reward. A rationale cut by ``reason_tokens`` is cut by design (``meta["limit_by_design"]``:
-        ``trainer.mask_truncated`` keeps it). Returns the stage-2 turns."""
+        ``slate`` source credits with the same reward. A rationale cut by ``reason_tokens`` is cut by design
+        (``meta["limit_by_design"]``: ``trainer.mask_truncated`` keeps it). Returns the stage-2 turns."""
         reasons = yield [dataclasses.replace(a, role=f"{a.role}_reason", prefix="Reason:", stop=("Chosen",),
                                              max_new_tokens=self.reason_tokens, parser=None, refs=dict(a.refs),
                                              meta={**a.meta, "limit_by_design": True}) for a in asks]
