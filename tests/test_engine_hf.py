@@ -1,4 +1,5 @@
 """HF engine and masked multi-LoRA: exactness against PEFT, parity with transformers, fresh weights after a step."""
+import pytest
 import torch
 
 from conftest import randomize_adapters
@@ -156,3 +157,57 @@ def test_bf16_fast_path_matches_peft(make_store):
         kl = (ref.exp() * (ref - fast[i])).sum()  # bf16 logits are coarse (spacing 0.125 at 16): compare laws
         assert kl < 0.02, kl
         assert fast[i].argmax() == ref.argmax()
+
+
+class ChainSource:
+    """Requests become ready as others finish: request i+2 once request i is done (a discussion's next turn)."""
+
+    def __init__(self, reqs, first=2):
+        self.reqs, self.ready, self.out, self.order = reqs, list(range(first)), {}, []
+
+    def take(self):
+        ready, self.ready = self.ready, []
+        return [(i, self.reqs[i]) for i in ready]
+
+    def done(self, key, completion):
+        self.out[key] = completion
+        self.order.append(key)
+        if key + 2 < len(self.reqs):
+            self.ready.append(key + 2)
+
+
+@pytest.mark.parametrize("max_batch,join_every", [(64, 1), (64, 8), (3, 1)])
+def test_rows_joining_mid_flight_get_what_they_would_alone(make_store, max_batch, join_every):
+    store = make_store(("a0", "a1"))
+    randomize_adapters(store)
+    lengths = [3, 9, 5, 14, 2, 7, 11, 4]
+    msgs = [[{"role": "user", "content": "q " + "long words " * (i * 3 % 7)}] for i in range(len(lengths))]
+    reqs = [Request(["a0", "a1", None][i % 3], msgs[i], SamplingParams(max_new_tokens=n, temperature=1.0), seed=i)
+            for i, n in enumerate(lengths)]
+    engine = HFEngine(store, max_batch=max_batch, join_every=join_every)
+    source = ChainSource(reqs)
+    engine.stream(source)
+    assert sorted(source.out) == list(range(len(reqs)))
+    assert source.order[:2] == [0, 2]  # the short ones finish first, their successors join running rows
+    alone = HFEngine(store)
+    for i, r in enumerate(reqs):
+        ref = alone.generate([r])[0]
+        got = source.out[i]
+        assert got.token_ids == ref.token_ids and len(got.token_ids) == lengths[i]
+        assert max(abs(a - b) for a, b in zip(got.logprobs, ref.logprobs)) < 1e-4
+    assert engine.counters["decode_steps"] > 0
+    assert engine.counters["decode_rows"] / engine.counters["decode_steps"] > 1  # rows shared decode steps
+
+
+def test_multilora_set_rows_serves_a_new_batch(make_store):
+    store = make_store(("a0", "a1"))
+    randomize_adapters(store)
+    bb = store.backbones["tiny-random"]
+    ids = torch.randint(0, 1000, (3, 6))
+    with torch.no_grad(), MultiLoRA(bb.model, [], names=["a0", "a1"]) as ctx:
+        ctx.set_rows(["a1", None, "a0"])
+        mixed = bb.causal_lm(input_ids=ids).logits
+        with pytest.raises(KeyError, match="not stacked"):
+            ctx.set_rows(["a2"])
+    for i, agent in enumerate(["a1", None, "a0"]):
+        torch.testing.assert_close(mixed[i], peft_logits(store, agent, ids)[i], atol=1e-5, rtol=1e-5)

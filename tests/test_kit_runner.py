@@ -330,3 +330,65 @@ def test_only_empty_waves_make_no_engine_call():
 def test_no_episodes_makes_no_engine_call():
     eng = SeedEngine()
     assert Runner(eng, SAMPLING).run([], two_waves) == [] and eng.calls == []
+
+
+# ---- continuous batching -------------------------------------------------------------------------------------------
+
+
+class StreamEngine(SeedEngine):
+    """A continuously batching scripted engine: serves one ready request at a time in a random order, so episodes
+    interleave (a late wave of one episode is answered before an early wave of another)."""
+
+    def __init__(self, rng_seed=0, **kw):
+        super().__init__(**kw)
+        self.rng, self.served = random.Random(rng_seed), []
+
+    def stream(self, source):
+        queue = []
+        while True:
+            queue += source.take()
+            if not queue:
+                return
+            key, r = queue.pop(self.rng.randrange(len(queue)))
+            self.served.append(r)
+            source.done(key, self._complete(r))
+
+
+@pytest.mark.parametrize("rng_seed", [0, 1, 2])
+def test_continuous_batching_gives_what_waves_give(rng_seed):
+    waves = Runner(SeedEngine(), SAMPLING, seed=3)
+    want = _record(waves.run([Episode(t) for t in TASKS], multi_wave))
+    engine = StreamEngine(rng_seed)
+    stream = Runner(engine, SAMPLING, seed=3)
+    assert stream.continuous
+    got = _record(stream.run([Episode(t) for t in TASKS], multi_wave))
+    assert got == want
+    assert (stream.calls, stream.generations) == (waves.calls, waves.generations) == (3, 13)
+    assert not engine.calls  # never a generate call
+
+
+def test_continuous_batching_interleaves_episodes_and_reports_progress():
+    seen, statuses = [], []
+    engine = StreamEngine(0)
+    Runner(engine, SAMPLING, seed=0, progress=lambda *a: seen.append(a), status=statuses.append,
+           status_every=0.0).run([Episode(t) for t in TASKS], multi_wave, label="rollout")
+    firsts = [r.messages[-1]["content"].startswith("solve") for r in engine.served]
+    assert firsts.index(False) < max(i for i, f in enumerate(firsts) if f)  # a 2nd wave before the last 1st one
+    assert [s[:2] for s in seen] == [("rollout", 1), ("rollout", 2), ("rollout", 3)]
+    assert statuses[-1].done == 13 and not statuses[-1].in_flight and statuses[-1].tokens == 13 * 3
+    assert any(s.in_flight for s in statuses) and "tok/s" in str(statuses[0])
+
+
+def test_continuous_can_be_switched_off_or_refused():
+    assert not Runner(StreamEngine(), SAMPLING, continuous=False).continuous
+    with pytest.raises(ValueError, match="cannot batch continuously"):
+        Runner(SeedEngine(), SAMPLING, continuous=True)
+
+
+def test_an_engine_dropping_a_request_is_an_error():
+    class Dropping(StreamEngine):
+        def stream(self, source):
+            source.take()
+
+    with pytest.raises(RuntimeError, match="still waiting"):
+        Runner(Dropping(), SAMPLING).run([Episode(t) for t in TASKS[:2]], two_waves)

@@ -1,7 +1,7 @@
 """MAESTRO central agents compared on the SAME held-out slates: prompt only vs SFT vs GRPO vs CLPO (paper Table 1).
 
     .venv/bin/python benchmarks/ablations/maestro_selectors.py [--n 200] [--steps 8] [--benchmark arith]
-        [--out runs/maestro_selectors] [--trainers sft grpo clpo] [--table-only] [key=value ...]
+        [--out runs/maestro_selectors] [--trainers sft grpo clpo] [--eval-max-batch 16] [--table-only] [key=value ...]
 
 1. *Slates*, once: ``selfevo eval setup=maestro_select rounds=1`` on the first ``--n`` held-out items of
    ``--benchmark`` with the base model's N×K execution candidates (written to ``<out>/slates``).
@@ -46,7 +46,8 @@ def evaluate(out: Path, args, extra: list[str]) -> dict:
     result = out / f"{args.benchmark}-maestro_select" / "results.json"
     if not result.exists():
         run([sys.executable, "-m", "selfevo.cli", "eval", f"benchmark={args.benchmark}", "setup=maestro_select",
-             f"limit={args.n}", f"output_dir={out}", *[f"{e}={v}" for _, e, v in PROTOCOL], *extra])
+             f"limit={args.n}", f"output_dir={out}", f"max_batch={args.eval_max_batch}",
+             *[f"{e}={v}" for _, e, v in PROTOCOL], *extra])
     return json.loads(result.read_text())
 
 
@@ -104,6 +105,8 @@ def main() -> None:
     ap.add_argument("--out", default="runs/maestro_selectors")
     ap.add_argument("--trainers", nargs="+", default=list(TRAINERS), choices=TRAINERS)
     ap.add_argument("--results", default="benchmarks/results/maestro_selectors")
+    ap.add_argument("--eval-max-batch", type=int, default=16,
+                    help="rows per forward pass in the evals (64 with a central adapter peaked at 11.5 GB here)")
     ap.add_argument("--table-only", action="store_true", help="tabulate what is already in --out")
     args, overrides = ap.parse_known_args()
     out = Path(args.out)

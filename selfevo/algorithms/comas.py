@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from selfevo.config import SamplingCfg, opt
 from selfevo.interaction import Episode, ask
-from selfevo.loop import DataCfg, Loop, RunCfg, timed
+from selfevo.loop import DataCfg, Loop, RunCfg, rollout_timing, timed, update_timing
 from selfevo.loop.metrics import precision_recall, turn_metrics
 from selfevo.rewards import assign, build_sources
 from selfevo.roles.base import HistoryItem, Role
@@ -206,15 +206,16 @@ def episodes_of(tasks: list[Task]) -> list[Episode]:
 def run_step(loop: Loop, step: int, tasks: list[Task], roles: dict, reward) -> tuple[list[Episode], dict]:
     cfg = loop.cfg
     d = DISCUSSIONS[cfg.protocol.semantics](roles, loop.agents, cfg.protocol, f"{cfg.seed}/{step}")
-    episodes, rollout_s = timed(loop.runner(step).run, episodes_of(loop.batch(tasks, step)),
-                                PROGRAMS[cfg.protocol.semantics](d), "rollout")
+    runner = loop.runner(step)
+    episodes, rollout_s = timed(runner.run, episodes_of(loop.batch(tasks, step)), PROGRAMS[cfg.protocol.semantics](d),
+                                "rollout")
     rewards = reward(episodes)
     assign(episodes, rewards)
     group_by = (lambda t: t.role) if cfg.reward.normalise == "agent_role" else None
     train, update_s = timed(loop.train, episodes, group_by)
     metrics = {**turn_metrics(episodes, loop.agents), **rewards.metrics,
                **precision_recall(episodes, cfg.reward.correct_threshold), "train": train,
-               "rollout_s": rollout_s, "update_s": update_s}
+               **rollout_timing(rollout_s, runner), **update_timing(update_s, train)}
     return episodes, metrics
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from selfevo.algorithms.maestro_protocol import MODES, MaestroProtocol, maestro_metrics
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, Turn
-from selfevo.loop import DataCfg, EvalCfg, Loop, RunCfg, TrainerCfg, timed
+from selfevo.loop import DataCfg, EvalCfg, Loop, RunCfg, TrainerCfg, rollout_timing, timed, update_timing
 from selfevo.loop.metrics import mean, turn_metrics
 from selfevo.optimizers import OPTIMIZERS
 from selfevo.rewards import assign, build_sources
@@ -168,7 +168,8 @@ def run_step(loop: Loop, step: int, tasks: list[Task], executors: list, rewards:
     samples = 0 if cfg.trainer.optimizer == "none" else cfg.protocol.central_samples
     proto = make_protocol(cfg, executors, step, verdict, samples)
     batch = [Episode(t, key=f"{i}:{t.id}") for i, t in enumerate(loop.batch(tasks, step))]
-    episodes, rollout_s = timed(loop.runner(step).run, batch, proto.program, "rollout")
+    runner = loop.runner(step)
+    episodes, rollout_s = timed(runner.run, batch, proto.program, "rollout")
     results = {name: source(episodes) for name, source in rewards.items()}
     for result in results.values():
         assign(episodes, result)
@@ -184,7 +185,8 @@ def run_step(loop: Loop, step: int, tasks: list[Task], executors: list, rewards:
                **maestro_metrics([ep.meta["rounds"] for ep in episodes], cfg.protocol.rounds),
                "samples": {**results["central"].metrics, "reward": mean(sampled)},
                **({"executor_accuracy": results["executors"].metrics["accuracy"]} if "executors" in results else {}),
-               **turn_metrics(episodes, loop.agents), "train": train, "rollout_s": rollout_s, "update_s": update_s}
+               **turn_metrics(episodes, loop.agents), "train": train,
+               **rollout_timing(rollout_s, runner), **update_timing(update_s, train)}
     return episodes, metrics
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, ask
-from selfevo.loop import DataCfg, Loop, RunCfg, TrainerCfg, checkpoint, timed
+from selfevo.loop import DataCfg, Loop, RunCfg, TrainerCfg, checkpoint, rollout_timing, timed, update_timing
 from selfevo.loop.metrics import turn_metrics
 from selfevo.loop.pool import QuestionPool
 from selfevo.rewards import REWARD_SOURCES, assign
@@ -230,8 +230,8 @@ def run_step(loop: Loop, step: int, pool: QuestionPool, agents: Agents, rewards:
     trained = {r for r in ROLES if getattr(p, f"train_{r}")}
     train, update_s = timed(loop.train, episodes, lambda t: t.role, None, lambda t: t.role in trained)
     metrics = {**pool_metrics(reasons, pool), **turn_metrics(episodes, loop.agents), **results[0].metrics,
-               **results[1].metrics, "train": train, "rollout_s": round(t_challenge + t_solve, 2),
-               "update_s": update_s}
+               **results[1].metrics, "train": train,
+               **rollout_timing(t_challenge + t_solve, runner), **update_timing(update_s, train)}
     for ep, reason in zip(challenges, reasons):
         ep.meta["admission"] = reason or "admitted"
     return episodes, metrics

@@ -2,11 +2,12 @@
 
 An engine turns a list of :class:`~selfevo.types.Request` into a list of :class:`~selfevo.types.Completion` (same
 order), serving each request with its agent's current adapter. ``sync_adapter(agent, store)`` tells the engine that
-the agent's weights changed: the next ``generate`` must serve the new version, never a stale one.
+the agent's weights changed: the next ``generate`` must serve the new version, never a stale one. An engine that
+batches continuously also has ``stream(source)`` (see :class:`RequestSource`).
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Hashable, Protocol, Sequence
 
 from selfevo.registry import Registry
 from selfevo.types import Completion, Request
@@ -24,6 +25,19 @@ class Engine(Protocol):
     def sync_adapter(self, agent: str) -> None: ...
 
     def close(self) -> None: ...
+
+
+class RequestSource(Protocol):
+    """What a continuously batching engine serves (``engine.stream(source)``, engines that have it): requests
+    become ready over time, e.g. the next turn of a discussion once the previous one finished.
+
+    ``take()`` hands over every request ready now (each with a key of the source's choosing), ``done(key,
+    completion)`` gets each one back as soon as it is finished and may make new requests ready. The engine stops
+    when nothing is running and ``take()`` gives nothing."""
+
+    def take(self) -> list[tuple[Hashable, Request]]: ...
+
+    def done(self, key: Hashable, completion: Completion) -> None: ...
 
 
 def render_prompt(tokenizer, messages: list[dict[str, str]], prefix: str = "") -> list[int]:

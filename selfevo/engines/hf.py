@@ -9,12 +9,13 @@ from __future__ import annotations
 import random
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from contextlib import ExitStack
+from typing import Hashable, Sequence
 
 import torch
 
 from selfevo.engines.base import ENGINES, render_prompt, truncate_at_stop
-from selfevo.engines.kvcache import growing_cache
+from selfevo.engines import kvcache
 from selfevo.engines.multilora import MultiLoRA
 from selfevo.engines.packed import PackedLinears
 from selfevo.types import Completion, Request
@@ -96,13 +97,25 @@ def left_pad(prompts: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, t
 
 @ENGINES.register("hf")
 class HFEngine:
-    """``HFEngine(store)`` generates with the store's backbones and adapters (see :class:`PolicyStore`)."""
+    """``HFEngine(store)`` generates with the store's backbones and adapters (see :class:`PolicyStore`).
 
-    def __init__(self, store, max_batch: int = 64, compact_below: float = 0.75, packed: bool = True):
+    It batches continuously (:meth:`stream`): a request joins the running batch as soon as it is ready and a row is
+    free (its prompt is prefilled on its own and its KV cache merged into the batch's), finished rows leave it.
+    ``generate(requests)`` is :meth:`stream` over a fixed list. ``max_batch``: rows decoded together per backbone;
+    ``compact_below``: finished rows are dropped from the batch once the running ones fall below this fraction
+    (or at once when requests wait for the slots); ``join_every``: a request waits at most this many decode steps
+    for more to join with it (a join copies the batch's KV cache; several join for the price of one).
+    ``counters``: decode steps and rows decoded (their ratio is the mean batch: the requests in flight).
+    """
+
+    def __init__(self, store, max_batch: int = 64, compact_below: float = 0.75, packed: bool = True,
+                 join_every: int = 8):
         self.store = store
         self.packed = packed  # prepacked oneDNN matmuls for frozen bf16 linears when vLLM's CPU ops exist
         self.max_batch = max_batch
         self.compact_below = compact_below
+        self.join_every = join_every
+        self.counters = {"decode_steps": 0, "decode_rows": 0, "prefill_tokens": 0}
 
     def sync_adapter(self, agent: str) -> None:
         """Nothing to do: the engine reads the store's live tensors at every ``generate``."""
@@ -111,67 +124,33 @@ class HFEngine:
         pass
 
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
-        out: list[Completion | None] = [None] * len(requests)
-        for backbone, idxs in self._by_backbone(requests).items():
-            bb = self.store.backbones[backbone]
-            prompts = {i: render_prompt(bb.tokenizer, requests[i].messages, requests[i].prefix) for i in idxs}
-            order = sorted(idxs, key=lambda i: -len(prompts[i]))  # similar lengths share a batch
-            for start in range(0, len(order), self.max_batch):
-                chunk = order[start:start + self.max_batch]
-                rows = [self._row(requests[i], prompts[i]) for i in chunk]
-                for i, comp in zip(chunk, self._generate_batch(bb, rows)):
-                    out[i] = comp
-        return out  # type: ignore[return-value]
+        source = ListSource(requests)
+        self.stream(source)
+        return source.completions
 
-    def _by_backbone(self, requests: Sequence[Request]) -> Mapping[str, list[int]]:
-        groups: dict[str, list[int]] = {}
-        for i, r in enumerate(requests):
-            groups.setdefault(self.store.backbone_for(r), []).append(i)
-        return groups
+    @torch.inference_mode()
+    def stream(self, source: RequestSource) -> None:
+        """Serve ``source`` until it has nothing left: take every ready request, decode one step of every running
+        row, hand finished rows back (``source.done``, which may make new requests ready), repeat."""
+        lanes: dict[str, _Lane] = {}
+        with ExitStack() as stack:
+            while True:
+                for key, request in source.take():
+                    name = self.store.backbone_for(request)
+                    if name not in lanes:
+                        lanes[name] = stack.enter_context(_Lane(self, self.store.backbones[name], name))
+                    lanes[name].wait(key, request)
+                busy = [lane for lane in lanes.values() if lane.busy]
+                if not busy:
+                    return
+                for lane in busy:
+                    for key, completion in lane.step():
+                        source.done(key, completion)
 
     @staticmethod
     def _row(request: Request, prompt_ids: list[int]) -> _Row:
         seed = request.seed if request.seed is not None else random.getrandbits(63)
         return _Row(request, prompt_ids, random.Random(seed), [], [])
-
-    @torch.inference_mode()
-    def _generate_batch(self, bb, rows: list[_Row]) -> list[Completion]:
-        model, tok = bb.model, bb.tokenizer
-        stops = eos_ids(tok, model)
-        dev = bb.causal_lm.get_output_embeddings().weight.device  # the store's device; sampling stays on the CPU
-        ids, attn = (t.to(dev) for t in left_pad([r.prompt_ids for r in rows], tok.pad_token_id))
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        adapters = [r.request.agent for r in rows]
-        ctx = MultiLoRA(model, adapters) if bb.is_peft else nullcontext()
-        packed = PackedLinears(bb.causal_lm) if self.packed else nullcontext()
-        live = list(range(len(rows)))  # rows[live[j]] is batch row j
-        temps = torch.tensor([r.request.sampling.temperature for r in rows])
-        top_ps = torch.tensor([r.request.sampling.top_p for r in rows])
-        limit = max(r.request.sampling.max_new_tokens for r in rows)
-        with ctx, packed:
-            net = bb.causal_lm
-            logits, cache = self._forward(net, ids, attn, pos, growing_cache(net.config, ids.shape[1] + limit))
-            for _ in range(limit):
-                u = torch.tensor([rows[i].rng.random() for i in live])
-                tokens, logps = sample_next(logits.cpu(), temps, top_ps, u)
-                self._record(rows, live, tokens.tolist(), logps.tolist(), stops, tok)
-                keep = [j for j, i in enumerate(live) if rows[i].finish is None]
-                if not keep:
-                    break
-                attn = torch.cat([attn, torch.ones(len(live), 1, dtype=attn.dtype, device=dev)], dim=1)
-                pos = pos[:, -1:] + 1
-                step_ids = tokens.unsqueeze(-1).to(dev)
-                if len(keep) < self.compact_below * len(live):
-                    sel = torch.tensor(keep)
-                    live = [live[j] for j in keep]
-                    temps, top_ps = temps[sel], top_ps[sel]
-                    sel = sel.to(dev)
-                    attn, pos, step_ids = attn[sel], pos[sel], step_ids[sel]
-                    cache.batch_select_indices(sel)
-                    if isinstance(ctx, MultiLoRA):
-                        ctx.select(sel)
-                logits, cache = self._forward(net, step_ids, attn, pos, cache)
-        return [self._completion(r, tok) for r in rows]
 
     @staticmethod
     def _forward(net, ids, attn, pos, cache):
@@ -201,3 +180,151 @@ class HFEngine:
     def _completion(row: _Row, tok) -> Completion:
         text, _ = truncate_at_stop(tok.decode(row.tokens, skip_special_tokens=True), row.request.sampling.stop)
         return Completion(row.request, row.prompt_ids, row.tokens, row.logprobs, text, row.finish or "length")
+
+
+class ListSource:
+    """A :class:`RequestSource` over a fixed list: all ready at once, longest prompts first (similar lengths join
+    together); ``completions`` in the given order once served."""
+
+    def __init__(self, requests: Sequence[Request]):
+        self.requests = list(requests)
+        self.completions: list[Completion] = [None] * len(self.requests)  # type: ignore[list-item]
+        self._given = False
+
+    def take(self) -> list[tuple[int, Request]]:
+        if self._given:
+            return []
+        self._given = True
+        return list(enumerate(self.requests))
+
+    def done(self, key: int, completion: Completion) -> None:
+        self.completions[key] = completion
+
+
+class _Lane:
+    """One backbone's running batch: its rows, their attention masks, positions, sampling settings and next-token
+    logits, the KV cache, and the adapter context; requests wait in ``waiting`` until they join."""
+
+    def __init__(self, engine: HFEngine, bb, name: str):
+        self.engine, self.bb, self.net, self.tok = engine, bb, bb.causal_lm, bb.tokenizer
+        self.stops = eos_ids(bb.tokenizer, bb.model)
+        self.dev = self.net.get_output_embeddings().weight.device  # the store's device; sampling stays on the CPU
+        agents = [a for a, b in engine.store.agent_backbone.items() if b == name]
+        self.lora = MultiLoRA(bb.model, [], names=agents) if bb.is_peft else None
+        self.packed = PackedLinears(self.net) if engine.packed else nullcontext()
+        self.waiting: list[tuple[Hashable, _Row]] = []
+        self.rows: list[_Row] = []  # batch row j is rows[j]
+        self.keys: list[Hashable] = []
+        self.attn = self.pos = self.logits = self.temps = self.top_ps = self.cache = None
+        self.since_join = 0
+
+    def __enter__(self) -> "_Lane":
+        self.packed.__enter__()
+        if self.lora is not None:
+            self.lora.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.lora is not None:
+            self.lora.__exit__(*exc)
+        self.packed.__exit__(*exc)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.rows or self.waiting)
+
+    def wait(self, key: Hashable, request: Request) -> None:
+        prompt = render_prompt(self.tok, request.messages, request.prefix)
+        self.waiting.append((key, HFEngine._row(request, prompt)))
+
+    def step(self) -> list[tuple[Hashable, Completion]]:
+        """Let waiting requests join if due, sample one token for every row, drop finished rows if due, and run
+        the next decode forward; returns the requests finished in this step."""
+        self._join()
+        if not self.rows:
+            return []
+        u = torch.tensor([r.rng.random() for r in self.rows])
+        tokens, logps = sample_next(self.logits.cpu(), self.temps, self.top_ps, u)
+        running = [r.finish is None for r in self.rows]
+        HFEngine._record(self.rows, range(len(self.rows)), tokens.tolist(), logps.tolist(), self.stops, self.tok)
+        finished = [(self.keys[j], HFEngine._completion(r, self.tok))
+                    for j, r in enumerate(self.rows) if running[j] and r.finish is not None]
+        keep = [j for j, r in enumerate(self.rows) if r.finish is None]
+        if not keep:
+            self._clear()
+            return finished
+        self.attn = torch.cat([self.attn, torch.ones(len(self.rows), 1, dtype=self.attn.dtype, device=self.dev)], 1)
+        self.pos = self.pos[:, -1:] + 1
+        step_ids = tokens.unsqueeze(-1).to(self.dev)
+        if len(keep) < self.engine.compact_below * len(self.rows) or (self.waiting and len(keep) < len(self.rows)):
+            step_ids = step_ids[torch.tensor(keep, device=self.dev)]
+            self._compact(keep, trim=True)
+        self.engine.counters["decode_steps"] += 1
+        self.engine.counters["decode_rows"] += len(keep)
+        self.logits, self.cache = HFEngine._forward(self.net, step_ids, self.attn, self.pos, self.cache)
+        return finished
+
+    # ---- rows joining and leaving -------------------------------------------------------------------------------
+    def _join(self) -> None:
+        """Prefill waiting requests (as many as there are free rows) and merge them into the batch: at once into an
+        empty batch, else when enough wait (a quarter of the running rows) or one has waited ``join_every`` steps.
+        A cache that cannot take rows mid-flight (sliding-window layers) takes them only when empty."""
+        if not self.waiting:
+            return
+        self.since_join += 1
+        if self.rows:
+            running = [j for j, r in enumerate(self.rows) if r.finish is None]
+            due = 4 * len(self.waiting) >= len(running) or self.since_join >= self.engine.join_every
+            if not (due and kvcache.mergeable(self.cache)) or len(running) >= self.engine.max_batch:
+                return
+            if len(running) < len(self.rows):
+                self._compact(running, trim=True)
+        free = self.engine.max_batch - len(self.rows)
+        joining = sorted(self.waiting[:free], key=lambda kr: -len(kr[1].prompt_ids))  # similar lengths together
+        self.waiting, self.since_join = self.waiting[free:], 0
+        rows = [r for _, r in joining]
+        ids, attn = (t.to(self.dev) for t in left_pad([r.prompt_ids for r in rows], self.tok.pad_token_id))
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        self.engine.counters["prefill_tokens"] += int(attn.sum())
+        if self.lora is not None:
+            self.lora.set_rows([r.request.agent for r in rows])
+        reserve = 0 if self.rows else ids.shape[1] + max(r.request.sampling.max_new_tokens for r in rows)
+        logits, cache = HFEngine._forward(self.net, ids, attn, pos, kvcache.growing_cache(self.net.config, reserve))
+        temps = torch.tensor([r.request.sampling.temperature for r in rows])
+        top_ps = torch.tensor([r.request.sampling.top_p for r in rows])
+        pos = pos[:, -1:]
+        if self.rows:  # merge: both sides right-aligned to the wider one
+            left = max(r.request.sampling.max_new_tokens - len(r.tokens) for r in self.rows + rows)
+            width = kvcache.merge_rows(self.cache, self.attn.shape[1], cache, attn.shape[1],
+                                       max(self.attn.shape[1], attn.shape[1]) + left + 1)
+            cache = self.cache
+            attn = torch.cat([_pad_left(self.attn, width), _pad_left(attn, width)])
+            pos, logits = torch.cat([self.pos, pos]), torch.cat([self.logits, logits])
+            temps, top_ps = torch.cat([self.temps, temps]), torch.cat([self.top_ps, top_ps])
+            rows, joining = self.rows + rows, list(zip(self.keys, self.rows)) + joining
+        self.rows, self.keys = rows, [k for k, _ in joining]
+        self.attn, self.pos, self.logits, self.cache, self.temps, self.top_ps = attn, pos, logits, cache, temps, top_ps
+        if self.lora is not None:
+            self.lora.set_rows([r.request.agent for r in self.rows])
+
+    def _compact(self, keep: list[int], trim: bool) -> None:
+        sel = torch.tensor(keep)
+        self.rows, self.keys = [self.rows[j] for j in keep], [self.keys[j] for j in keep]
+        self.temps, self.top_ps = self.temps[sel], self.top_ps[sel]
+        sel = sel.to(self.dev)
+        self.attn, self.pos, self.logits = self.attn[sel], self.pos[sel], self.logits[sel]
+        lead = 0
+        if trim and kvcache.mergeable(self.cache):  # left padding that no remaining row attends to
+            lead = int((self.attn.sum(0) > 0).nonzero()[0])
+            self.attn = self.attn[:, lead:]
+        kvcache.select_rows(self.cache, sel, lead)
+        if self.lora is not None:
+            self.lora.set_rows([r.request.agent for r in self.rows])
+
+    def _clear(self) -> None:
+        self.rows, self.keys = [], []
+        self.attn = self.pos = self.logits = self.temps = self.top_ps = self.cache = None
+
+
+def _pad_left(mask: torch.Tensor, width: int) -> torch.Tensor:
+    return torch.nn.functional.pad(mask, (width - mask.shape[1], 0), value=0)

@@ -68,3 +68,55 @@ def growing_cache(config, capacity: int = 0) -> DynamicCache:
             layer.__class__ = GrowingLayer
             layer.reserve = capacity
     return cache
+
+
+# ---- continuous batching: rows leave and join a live cache ------------------------------------------------------
+def mergeable(cache: DynamicCache) -> bool:
+    """Whether rows can join this cache mid-flight: every layer keeps all keys (full attention). A sliding-window
+    layer keeps only its window, whose left edge differs between rows that joined at different times."""
+    return all(type(layer) in (DynamicLayer, GrowingLayer) for layer in cache.layers)
+
+
+def _filled(layer) -> tuple[torch.Tensor, torch.Tensor]:
+    if isinstance(layer, GrowingLayer):
+        return layer._buf[0][..., :layer._len, :], layer._buf[1][..., :layer._len, :]
+    return layer.keys, layer.values
+
+
+def _set(layer, k: torch.Tensor, v: torch.Tensor, length: int) -> None:
+    if isinstance(layer, GrowingLayer):
+        layer._buf, layer._len = (k, v), length
+        layer._expose()
+    else:
+        layer.keys, layer.values = k[..., :length, :], v[..., :length, :]
+
+
+def select_rows(cache: DynamicCache, rows: torch.Tensor, lead: int = 0) -> None:
+    """Keep batch rows ``rows`` and drop the first ``lead`` positions (left padding no kept row attends to)."""
+    if not lead:
+        cache.batch_select_indices(rows)
+        return
+    for layer in cache.layers:
+        if isinstance(layer, GrowingLayer):
+            k, v = (b.index_select(0, rows)[..., lead:, :].contiguous() for b in layer._buf)
+            _set(layer, k, v, layer._len - lead)
+        else:
+            k, v = (x.index_select(0, rows)[..., lead:, :].contiguous() for x in (layer.keys, layer.values))
+            _set(layer, k, v, k.shape[-2])
+
+
+def merge_rows(cache: DynamicCache, width_a: int, other: DynamicCache, width_b: int, capacity: int) -> int:
+    """Append ``other``'s rows to ``cache``'s, both right-aligned (left-padded with zeros) to the wider of the two
+    filled widths; growing layers get ``capacity`` positions. Returns the merged width (the callers pad their
+    attention masks to match). Both caches must be :func:`mergeable`."""
+    width = max(width_a, width_b)
+    for layer, extra in zip(cache.layers, other.layers):
+        merged = []
+        for a, b in zip(_filled(layer), _filled(extra)):
+            size = capacity if isinstance(layer, GrowingLayer) else width
+            out = a.new_zeros(a.shape[0] + b.shape[0], a.shape[1], max(size, width), a.shape[-1])
+            out[:a.shape[0], :, width - width_a:width].copy_(a)
+            out[a.shape[0]:, :, width - width_b:width].copy_(b)
+            merged.append(out)
+        _set(layer, *merged, width)
+    return width

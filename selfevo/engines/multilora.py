@@ -50,8 +50,8 @@ class _Group:
     """LoRA layers under one parent module (q/k/v/o, gate/up/down): their A matrices stacked, so layers fed the
     same input tensor (q, k and v; gate and up) share one shrink matmul."""
 
-    def __init__(self, a: torch.Tensor, mask: torch.Tensor):
-        self.a_mm, self.mask = frozen_linear(a), mask
+    def __init__(self, a: torch.Tensor, mask: torch.Tensor, parts: list[tuple[list[int], list[float]]]):
+        self.a_mm, self.mask, self.parts = frozen_linear(a), mask, parts  # parts: each member's (ranks, scales)
         self.x: torch.Tensor | None = None
         self.s: torch.Tensor | None = None
 
@@ -66,10 +66,12 @@ class _Group:
 class MultiLoRA:
     """Context manager: while open, row b of every forward of ``peft_model`` uses adapter ``row_adapters[b]``."""
 
-    def __init__(self, peft_model, row_adapters: Sequence[str | None]):
+    def __init__(self, peft_model, row_adapters: Sequence[str | None], names: Sequence[str] | None = None):
+        """``names``: every adapter rows may use while open (default: those of ``row_adapters``); rows that join
+        later (:meth:`set_rows`) may only use these."""
         self.model = peft_model
         self.rows = list(row_adapters)
-        self.names = sorted({a for a in self.rows if a is not None})
+        self.names = sorted(set(names or ()) | {a for a in self.rows if a is not None})
         self._stack = ExitStack()
         self._groups: list[_Group] = []
 
@@ -84,7 +86,8 @@ class MultiLoRA:
     def _hook_group(self, members: list) -> None:
         stacks = [_stack(layer, self.names, layer.get_base_layer().weight.dtype) for layer in members]
         masks = [row_mask(self.rows, self.names, ranks, scales, a.dtype).to(a.device) for a, _, ranks, scales in stacks]
-        group = _Group(torch.cat([a for a, *_ in stacks]), torch.cat(masks, dim=1))
+        group = _Group(torch.cat([a for a, *_ in stacks]), torch.cat(masks, dim=1),
+                       [(ranks, scales) for _, _, ranks, scales in stacks])
         self._groups.append(group)
         start = 0
         for layer, (a, b, _, _) in zip(members, stacks):
@@ -96,6 +99,21 @@ class MultiLoRA:
         """Keep only the rows in ``keep`` (finished rows dropped from the batch)."""
         for g in self._groups:
             g.mask, g.x, g.s = g.mask.index_select(0, keep), None, None
+
+    def set_rows(self, row_adapters: Sequence[str | None]) -> None:
+        """Serve ``row_adapters`` from now on (a new batch: rows joined, left, or a different batch altogether)."""
+        unknown = {a for a in row_adapters if a is not None} - set(self.names)
+        if unknown:
+            raise KeyError(f"adapters {sorted(unknown)} were not stacked when this MultiLoRA was opened")
+        self.rows = list(row_adapters)
+        masks: dict[tuple, torch.Tensor] = {}  # groups with the same ranks and scales share one mask
+        for g in self._groups:
+            key = (tuple(map(tuple, (r for r, _ in g.parts))), tuple(map(tuple, (s for _, s in g.parts))),
+                   g.mask.dtype, g.mask.device)
+            if key not in masks:
+                masks[key] = torch.cat([row_mask(self.rows, self.names, ranks, scales, g.mask.dtype)
+                                        for ranks, scales in g.parts], dim=1).to(g.mask.device)
+            g.mask, g.x, g.s = masks[key], None, None
 
     def __exit__(self, *exc) -> None:
         for g in self._groups:

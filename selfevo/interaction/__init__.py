@@ -6,7 +6,7 @@
 >>> Runner(engine, SamplingParams(64, 1.0), seed="0/step-3").run([Episode(t) for t in tasks], program)
 """
 from selfevo.interaction.episodes import Episode, Turn, rewarded_turns, turns_to_batch
-from selfevo.interaction.runner import Ask, Program, Runner, ask, request_seed, run_episodes
+from selfevo.interaction.runner import Ask, Program, Runner, RunStatus, ask, request_seed, run_episodes
 
-__all__ = ["Ask", "Episode", "Program", "Runner", "Turn", "ask", "request_seed", "rewarded_turns", "run_episodes",
+__all__ = ["Ask", "Episode", "Program", "RunStatus", "Runner", "Turn", "ask", "request_seed", "rewarded_turns", "run_episodes",
            "turns_to_batch"]

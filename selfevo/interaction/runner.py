@@ -7,10 +7,13 @@ generated in parallel) and receives the resulting :class:`~selfevo.interaction.e
         first = yield [ask(solver, a, ep.task) for a in agents]            # all agents answer
         yield [ask(solver, a, ep.task, history=peers(first, a)) for a in agents]   # then read each other
 
-:meth:`Runner.run` starts every episode's program, collects the pending asks of *all* episodes in flight and
-sends them to the engine as ONE ``generate`` call, appends the turns to their episodes, and resumes each program
-with its results; it repeats until every program has finished. Recipes (CoMAS, SAGE, MAESTRO) and the inference
-setups (``selfevo eval``) run on it.
+:meth:`Runner.run` starts every episode's program and keeps the engine fed until every program has finished.
+With an engine that batches continuously (``engine.stream``, the HF engine) episodes do not move in lock-step: as
+soon as all asks of an episode's wave are answered, its turns are appended, its program resumes and its next asks
+join the engine's running batch, while other episodes' requests are still decoding. With any other engine, the
+pending asks of *all* episodes go to the engine as ONE ``generate`` call per wave. Either way an episode's turns,
+seeds and call numbers are the same; ``continuous=False`` forces waves. Recipes (CoMAS, SAGE, MAESTRO) and the
+inference setups (``selfevo eval``) run on it.
 
 Seeds are keyed, never drawn from a shared stream: the ``slot``-th request of an episode's ``call``-th engine call
 gets ``request_seed(seed, episode.key, call, slot)``, so results do not depend on how many episodes run together,
@@ -26,6 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterable, Sequence
 
@@ -79,20 +84,46 @@ def ask(role: Role, agent: str | None, task: Task, *, label: str | None = None, 
                role.prefix, None, role.max_new_tokens, role.temperature, round, dict(refs or {}), dict(meta or {}))
 
 
-class Runner:
-    """Runs episode programs over an engine, one engine call per wave of pending asks (see the module doc).
+@dataclass
+class RunStatus:
+    """What a run is doing, for progress displays: requests finished and in flight (by turn role: the phases in
+    flight), tokens generated, seconds since the run started."""
 
-    ``seed``: the base of every request seed (e.g. ``f"{run_seed}/{step}"``). ``progress(label, done, total)``
-    is called after every engine call. ``calls`` / ``generations`` count engine calls and requests sent (in a
-    data-parallel run: the most calls of any rank, the requests of all ranks). ``shard=False``: every rank runs
-    every episode itself (no collective calls).
+    label: str
+    done: int
+    in_flight: Counter
+    tokens: int
+    seconds: float
+
+    def __str__(self) -> str:
+        phases = " ".join(f"{role} {n}" for role, n in sorted(self.in_flight.items()))
+        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
+        return f"{self.label}: {self.done} done, in flight: {phases or '-'} | {rate:.0f} tok/s"
+
+
+class Runner:
+    """Runs episode programs over an engine (see the module doc).
+
+    ``seed``: the base of every request seed (e.g. ``f"{run_seed}/{step}"``). ``progress(label, calls, requests)``
+    is called once per wave (the ``calls``-th; ``requests`` sent in it; with continuous batching: when the first
+    episode asks its ``calls + 1``-th wave, and for the rest at the end). ``status(RunStatus)`` is called after
+    every wave, and with continuous batching after finished requests (at most every ``status_every`` seconds).
+    ``calls`` / ``generations`` count waves (engine calls) and requests sent (in a data-parallel run: the most
+    calls of any rank, the requests of all ranks). ``shard=False``: every rank runs every episode itself (no
+    collective calls). ``continuous``: None = when the engine can (``engine.stream``).
     """
 
     def __init__(self, engine, sampling: SamplingParams, seed: int | str = 0,
-                 progress: Callable[[str, int, int], None] | None = None, shard: bool = True):
+                 progress: Callable[[str, int, int], None] | None = None, shard: bool = True,
+                 continuous: bool | None = None, status: Callable[[RunStatus], None] | None = None,
+                 status_every: float = 0.5):
         self.engine, self.sampling, self.seed, self.progress = engine, sampling, seed, progress
-        self.shard = shard
-        self.calls = self.generations = 0
+        self.shard, self.status, self.status_every = shard, status, status_every
+        can = callable(getattr(engine, "stream", None))
+        if continuous and not can:
+            raise ValueError(f"engine {type(engine).__name__} cannot batch continuously (no stream method)")
+        self.continuous = can if continuous is None else continuous
+        self.calls = self.generations = self.tokens = 0
 
     def run(self, episodes: Sequence[Episode], program: Program, label: str = "") -> list[Episode]:
         """Run ``program`` on every episode to the end; returns the episodes (their turns appended). In a
@@ -118,6 +149,10 @@ class Runner:
         pending: dict[int, tuple[list[Ask], bool]] = {}
         for i, prog in enumerate(programs):
             self._advance(i, prog, None, pending)
+        if self.continuous:
+            if pending:
+                _Feed(self, episodes, programs, pending, label).run()
+            return episodes
         ep_calls = [0] * len(episodes)
         while pending:
             order = sorted(pending)
@@ -170,8 +205,11 @@ class Runner:
             raise RuntimeError(f"engine returned {len(completions)} completions for {len(requests)} requests")
         self.calls += 1
         self.generations += len(requests)
+        self.tokens += sum(len(c.token_ids) for c in completions)
         if self.progress is not None:
             self.progress(label, self.calls, len(requests))
+        if self.status is not None:
+            self.status(RunStatus(label, self.generations, Counter(), self.tokens, 0.0))
         return completions
 
     @staticmethod
@@ -179,6 +217,85 @@ class Runner:
         refs = {k: (v if isinstance(v, int) else ep.index(v)) for k, v in a.refs.items()}
         parsed = a.parser(a.prefix + comp.text) if a.parser is not None else None
         return Turn(a.agent, a.role, comp, parsed, round=a.round, meta=dict(a.meta), call=call, slot=slot, refs=refs)
+
+
+class _Feed:
+    """The runner's side of continuous batching (a :class:`~selfevo.engines.base.RequestSource`): each episode's
+    wave of asks becomes ready requests; when a wave is fully answered its turns are appended (in ask order, as in
+    wave mode), the program resumes, and its next wave becomes ready at once."""
+
+    def __init__(self, runner: Runner, episodes: list[Episode], programs: list, pending: dict, label: str):
+        self.runner, self.episodes, self.programs, self.pending, self.label = runner, episodes, programs, pending, label
+        self.calls = [0] * len(episodes)
+        self.answers: dict[int, dict[int, Completion]] = {}
+        self.ready: list[tuple[tuple[int, int], Request]] = []
+        self.in_flight: Counter = Counter()
+        self.wave_requests: Counter = Counter()  # requests asked in each episode's n-th wave
+        self.reported = self.done_count = 0
+        self.start, self.last_status = time.perf_counter(), 0.0
+        self.start_calls, self.start_tokens = runner.calls, runner.tokens
+        for i in sorted(pending):
+            self._submit(i)
+
+    def run(self) -> None:
+        self.runner.engine.stream(self)
+        if self.pending:
+            raise RuntimeError(f"the engine stopped with {len(self.pending)} episodes still waiting for answers")
+        self.runner.calls = self.start_calls + max(self.calls)
+        self._report(max(self.calls))
+        self._status(force=True)
+
+    def take(self) -> list[tuple[tuple[int, int], Request]]:
+        ready, self.ready = self.ready, []
+        return ready
+
+    def done(self, key: tuple[int, int], completion: Completion) -> None:
+        i, pos = key
+        answers = self.answers.setdefault(i, {})
+        if pos in answers or i not in self.pending:
+            raise RuntimeError(f"the engine answered request {key} twice")
+        answers[pos] = completion
+        asks, single = self.pending[i]
+        self.in_flight[asks[pos].role] -= 1
+        self.done_count += 1
+        self.runner.tokens += len(completion.token_ids)
+        if len(answers) == len(asks):
+            del self.pending[i], self.answers[i]
+            turns = []
+            for p, a in enumerate(asks):
+                turn = Runner._turn(self.episodes[i], a, answers[p], self.calls[i], p if a.slot is None else a.slot)
+                self.episodes[i].turns.append(turn)
+                turns.append(turn)
+            Runner._advance(i, self.programs[i], turns[0] if single else turns, self.pending)
+            if i in self.pending:
+                self._submit(i)
+        self._status()
+
+    def _submit(self, i: int) -> None:
+        self.calls[i] += 1
+        self._report(self.calls[i] - 1)
+        asks, _ = self.pending[i]
+        for pos, a in enumerate(asks):
+            slot = pos if a.slot is None else a.slot
+            self.ready.append(((i, pos), self.runner._request(a, self.episodes[i].key, self.calls[i], slot)))
+            self.in_flight[a.role] += 1
+        self.runner.generations += len(asks)
+        self.wave_requests[self.calls[i]] += len(asks)
+
+    def _report(self, waves: int) -> None:
+        """``progress`` for every wave up to ``waves`` not yet reported (the first episode to start a wave)."""
+        while self.reported < waves:
+            self.reported += 1
+            if self.runner.progress is not None:
+                self.runner.progress(self.label, self.start_calls + self.reported, self.wave_requests[self.reported])
+
+    def _status(self, force: bool = False) -> None:
+        now = time.perf_counter()
+        if self.runner.status is None or not (force or now - self.last_status >= self.runner.status_every):
+            return
+        self.last_status = now
+        self.runner.status(RunStatus(self.label, self.done_count, +self.in_flight,
+                                     self.runner.tokens - self.start_tokens, now - self.start))
 
 
 def run_episodes(engine, tasks: Iterable[Task], program: Program, sampling: SamplingParams, seed: int | str = 0,
