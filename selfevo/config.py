@@ -93,6 +93,8 @@ class EngineCfg:
     name: str = opt("hf", "generation engine: hf (transformers, any CPU/GPU), vllm (vLLM multi-LoRA in this "
                     "process) or vllm_server (vLLM OpenAI-compatible servers over HTTP)", choices=_engine_names)
     max_batch: int = opt(64, "hf: rows per forward pass", ge=1)
+    continuous: bool = opt(True, "hf: batch continuously (an episode's next request joins the running batch as soon "
+                           "as its previous ones are answered); false: one generate call per wave of all episodes")
     max_loras: int = opt(8, "vllm, vllm_server: adapters served in one batch", ge=1)
     max_model_len: int = opt(4096, "vllm, vllm_server: longest prompt + response, in tokens", ge=1)
     url: str = opt("", "vllm_server: running servers, http://host:port[,http://host:port...] (replicas of the "

@@ -126,3 +126,27 @@ def test_lend_trains_only_the_agent_and_takes_the_model_back_as_lent(make_store)
     with torch.no_grad():
         assert (store.token_logprobs("a0", b) - before["a0"]).abs().max() > 0  # trained in place
         torch.testing.assert_close(store.token_logprobs("a1", b), before["a1"])  # the other agent untouched
+
+
+def test_right_padded_rows_score_as_alone_without_a_padding_mask(make_store):
+    """Training batches are right-padded: they run without a padding mask (SDPA's causal kernel). Every row's
+    log-probs and the adapter's gradients equal those of the row scored alone; a left-padded batch keeps its mask."""
+    store = make_store(("a0",))
+    randomize_adapters(store)
+    prompts, completions = [[5, 6, 7, 8, 9], [11, 12], [3]], [[20, 21], [22, 23, 24, 25], [26]]
+    batch = SeqBatch.build(prompts, completions, 0)
+    assert batch.right_padded()
+    params = store.adapter_params("a0")
+    together = store.token_logprobs("a0", batch)
+    grads = torch.autograd.grad(together.sum(), params)
+    alone_grads = [torch.zeros_like(p) for p in params]
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        alone = store.token_logprobs("a0", SeqBatch.build([p], [c], 0))
+        torch.testing.assert_close(together[i, :alone.shape[1]], alone[0], atol=1e-5, rtol=1e-5)
+        alone_grads = [a + g for a, g in zip(alone_grads, torch.autograd.grad(alone.sum(), params))]
+    for a, g in zip(alone_grads, grads):
+        torch.testing.assert_close(a, g, atol=1e-4, rtol=1e-4)
+    left = SeqBatch(torch.tensor([[0, 0, 5, 6, 7]]), torch.tensor([[0, 0, 1, 1, 1]]), torch.tensor([[0, 0, 0, 1.0, 1]]))
+    assert not left.right_padded()
+    torch.testing.assert_close(store.token_logprobs("a0", left)[0, 3:],
+                               store.token_logprobs("a0", SeqBatch.build([[5]], [[6, 7]], 0))[0, 1:])

@@ -4,7 +4,12 @@ PyTorch's CPU flash-attention kernel costs ~2.7 ms per call for one decode token
 and transformers' fallback copies K/V once per query-head group (``repeat_kv``). This function folds the query
 groups into the query length instead: ``q [B, kvH, G*q, D] @ k^T [B, kvH, D, T]`` — two batched matmuls and a
 softmax, no K/V copies (~0.25 ms for the same call). It is registered with transformers under the name
-``"selfevo_gqa"`` (with sdpa's boolean masks, causal skip disabled, so sliding windows and padding come in the mask).
+``"selfevo_gqa"`` (with sdpa's boolean masks, so sliding windows and padding come in the mask).
+
+A forward without a padding mask over a whole sequence (training on right-padded rows: a padded position only
+follows the real ones, so causality alone keeps it out of every real token's view) gets no mask at all and runs
+SDPA's ``is_causal`` kernel, ~25% faster than the same attention with an explicit mask (forward + backward,
+SmolLM2 shapes at 600 tokens). Whenever a padding mask is given (the engines always give one) the mask is built.
 """
 from __future__ import annotations
 
@@ -43,16 +48,21 @@ def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropo
 
 
 def _sdpa(module, query, key, value, attention_mask, scaling, dropout):
+    causal = attention_mask is None and query.shape[2] == key.shape[2]  # the mask was skipped: plain causal
     out = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, dropout_p=dropout if module.training else 0.0, scale=scaling,
-        enable_gqa=key.shape[1] != query.shape[1])
+        is_causal=causal, enable_gqa=key.shape[1] != query.shape[1])
     return out.transpose(1, 2).contiguous(), None
 
 
 def _mask(*args, **kwargs):
     from transformers.masking_utils import sdpa_mask
 
-    kwargs["allow_is_causal_skip"] = False
+    # skip only without a padding mask over a whole sequence (see the module doc); never for a growing KV cache,
+    # whose spare capacity must be masked
+    whole = kwargs.get("q_length") is not None and kwargs.get("q_length") == kwargs.get("kv_length")
+    kwargs["allow_is_causal_skip"] = (kwargs.get("allow_is_causal_skip", True) and whole
+                                      and kwargs.get("attention_mask") is None)
     return sdpa_mask(*args, **kwargs)
 
 

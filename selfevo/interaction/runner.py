@@ -124,6 +124,7 @@ class Runner:
             raise ValueError(f"engine {type(engine).__name__} cannot batch continuously (no stream method)")
         self.continuous = can if continuous is None else continuous
         self.calls = self.generations = self.tokens = 0
+        self.decode_steps = self.decode_rows = 0  # from the engine's counters, where it keeps them
 
     def run(self, episodes: Sequence[Episode], program: Program, label: str = "") -> list[Episode]:
         """Run ``program`` on every episode to the end; returns the episodes (their turns appended). In a
@@ -132,6 +133,21 @@ class Runner:
         episodes = list(episodes)
         if len({e.key for e in episodes}) != len(episodes):
             raise ValueError("episodes run together need distinct keys (they key the request seeds)")
+        counters = getattr(self.engine, "counters", None)
+        before = dict(counters) if isinstance(counters, dict) else None
+        try:
+            return self._run_all(episodes, program, label)
+        finally:
+            if before is not None:
+                self.decode_steps += counters.get("decode_steps", 0) - before.get("decode_steps", 0)
+                self.decode_rows += counters.get("decode_rows", 0) - before.get("decode_rows", 0)
+
+    @property
+    def concurrency(self) -> float | None:
+        """Mean requests in flight per decode step of this runner's runs (None: the engine does not count)."""
+        return round(self.decode_rows / self.decode_steps, 2) if self.decode_steps else None
+
+    def _run_all(self, episodes: list[Episode], program: Program, label: str) -> list[Episode]:
         if not (self.shard and distributed.active()):
             return self._run(episodes, program, label)
         calls, generations = self.calls, self.generations

@@ -31,6 +31,12 @@ class SeqBatch:
             raise ValueError(f"{len(groups)} group keys for {self.input_ids.shape[0]} rows")
         return SeqBatch(self.input_ids, self.attention_mask, self.loss_mask, self.extras, list(groups))
 
+    def right_padded(self) -> bool:
+        """Whether every row is its tokens then padding (no gaps, no left padding): then a causal mask alone keeps
+        padding out of every real token's attention, and a forward needs no padding mask."""
+        m = self.attention_mask
+        return bool((m.cumsum(-1) == m.sum(-1, keepdim=True)).logical_or(m.bool()).all() and (m[:, 0] > 0).all())
+
     def micro_batches(self, size: int) -> list["SeqBatch"]:
         """Rows sorted by length (longest first) and cut into micro-batches of at most ``size`` rows, each trimmed
         to its width. With ``groups``, whole groups are packed instead (longest group first; a group larger than

@@ -132,7 +132,8 @@ class PolicyStore:
             lm = bb.causal_lm
             head = lm.get_output_embeddings().weight
             ids = batch.input_ids.to(head.device)  # the batch lives on the CPU; the model where the store put it
-            hidden = lm.model(input_ids=ids, attention_mask=batch.attention_mask.to(head.device)).last_hidden_state
+            mask = None if batch.right_padded() else batch.attention_mask.to(head.device)  # causal is enough
+            hidden = lm.model(input_ids=ids, attention_mask=mask).last_hidden_state
             scored = batch.loss_mask[:, 1:] > 0
             on_dev = scored.to(head.device)
             logp = chosen_logprobs(hidden[:, :-1][on_dev], head, ids[:, 1:][on_dev])
