@@ -33,6 +33,9 @@ class TrainerCfg:
     adam_beta1: float = opt(0.9, "AdamW β1", ge=0, lt=1)
     adam_beta2: float = opt(0.999, "AdamW β2 (released CoMAS code: 0.95)", ge=0, lt=1)
     weight_decay: float = opt(0.0, "AdamW weight decay", ge=0)
+    optim_state_dtype: str = opt("float32", "dtype of every agent's AdamW moments between steps; bfloat16 halves "
+                                 "the optimizer memory per agent (the update itself is computed in float32)",
+                                 choices=("float32", "bfloat16"))
     micro_batch: int = opt(8, "rows per forward/backward pass of an update", ge=1)
     max_grad_norm: float = opt(1.0, "gradient-norm clip per optimizer step", gt=0)
     mask_truncated: bool = opt(True, "leave completions cut by the token limit out of training (released code)")

@@ -65,7 +65,8 @@ class Loop:
         build.seed_everything(cfg.seed)
         t = cfg.trainer
         self.store = build.policy_store(cfg.model, lr=t.lr, micro_batch=t.micro_batch, max_grad_norm=t.max_grad_norm,
-                                        betas=(t.adam_beta1, t.adam_beta2), weight_decay=t.weight_decay)
+                                        betas=(t.adam_beta1, t.adam_beta2), weight_decay=t.weight_decay,
+                                        optim_state_dtype=t.optim_state_dtype)
         self.agents = agents or [f"agent{i}" for i in range(cfg.agents)]
         build.add_agents(self.store, self.agents, list(cfg.model.backbones))
         self.first_step, self.state = self._start()

@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 import torch
 
 from selfevo import distributed, models
+from selfevo.policy.adamw import CompactAdamW
 from selfevo.policy.batch import SeqBatch
 from selfevo.policy.logprobs import chosen_entropy, chosen_logprobs
 from selfevo.policy.lora_compute import ActivationDtypeLoRA
@@ -52,8 +53,11 @@ class Backbone:
 class PolicyStore:
     def __init__(self, dtype: str = "bfloat16", lora: LoraSettings | None = None, lr: float = 1e-5,
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, micro_batch: int = 8,
-                 betas: tuple[float, float] = (0.9, 0.999), device: str = "cpu"):
+                 betas: tuple[float, float] = (0.9, 0.999), device: str = "cpu", optim_state_dtype: str = "float32"):
         self.dtype = dtype
+        if optim_state_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"optim_state_dtype must be float32 or bfloat16, not {optim_state_dtype!r}")
+        self.optim_state_dtype = optim_state_dtype
         self.device = models.resolve_device(device)
         self.lora = lora or LoraSettings()
         self.lr, self.weight_decay, self.max_grad_norm = lr, weight_decay, max_grad_norm
@@ -158,8 +162,12 @@ class PolicyStore:
     # ---- updates ----------------------------------------------------------------------------------------------
     def optimizer(self, agent: str) -> torch.optim.Optimizer:
         if agent not in self.optimizers:
-            self.optimizers[agent] = torch.optim.AdamW(self.adapter_params(agent), lr=self.lr, betas=self.betas,
-                                                       weight_decay=self.weight_decay)
+            if self.optim_state_dtype == "float32":
+                self.optimizers[agent] = torch.optim.AdamW(self.adapter_params(agent), lr=self.lr, betas=self.betas,
+                                                           weight_decay=self.weight_decay)
+            else:  # moments in bf16: half the optimizer memory of every agent (see selfevo.policy.adamw)
+                self.optimizers[agent] = CompactAdamW(self.adapter_params(agent), lr=self.lr, betas=self.betas,
+                                                      weight_decay=self.weight_decay, state_dtype=torch.bfloat16)
         return self.optimizers[agent]
 
     def set_lr(self, lr: float) -> None:
