@@ -19,21 +19,20 @@ import os
 
 import torch
 
-_last: tuple | None = None  # (indices data_ptr, version, numel) -> groups: every LoRA layer of a pass reuses them
+_last: tuple | None = None  # (a copy of the last indices, their groups): every LoRA layer of a pass reuses them
 
 
 def _groups(indices: torch.Tensor) -> list[tuple[int, torch.Tensor | None]]:
     """[(slot, row indices or None for all rows)] for every slot >= 0 present in ``indices``."""
     global _last
-    key = (indices.data_ptr(), indices._version, indices.numel())
-    if _last is not None and _last[0] == key:
+    if _last is not None and _last[0].shape == indices.shape and torch.equal(_last[0], indices):
         return _last[1]
     slots = torch.unique(indices).tolist()
     if len(slots) == 1:
         groups = [] if slots[0] < 0 else [(slots[0], None)]
     else:
         groups = [(s, (indices == s).nonzero().squeeze(-1)) for s in slots if s >= 0]
-    _last = (key, groups)
+    _last = (indices.clone(), groups)  # vLLM refills its index buffers in place: compare contents, not identity
     return groups
 
 
