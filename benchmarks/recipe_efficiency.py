@@ -13,7 +13,8 @@ packed weights). Figures are medians over the repeats:
   micro-benchmark's tok/s (target ≥ 0.6 at ``--tasks``);
 - ``update_tok_s``: prompt + completion tokens of the trained rows (no padding, as ``train_step.py`` counts) /
   update wall time; ``update_efficiency``: ÷ the train-step benchmark's tok/s (target ≥ 0.8);
-- ``step_s``, ``concurrency`` (mean requests in flight per decode step), the token counts, the mean trained row
+- ``step_s``, ``concurrency`` (mean requests in flight per decode step), the token counts (generated, prompt
+  tokens prefilled, trained), the mean trained row
   length (the train-step benchmark's rows are 256 tokens; attention makes longer rows cost more per token).
 
 ``key=value`` arguments go to every recipe run (e.g. ``engine.continuous=false`` for lock-step waves). Writes
@@ -39,7 +40,8 @@ from selfevo.engines import make_engine  # noqa: E402
 from selfevo.policy import PolicyStore  # noqa: E402
 
 FIGURES = ("rollout_tok_s", "rollout_efficiency", "update_tok_s", "update_efficiency", "step_s", "rollout_s",
-           "update_s", "concurrency", "rollout_tokens", "update_tokens", "trained_rows", "mean_row_tokens")
+           "update_s", "concurrency", "rollout_tokens", "prefill_tokens", "update_tokens", "trained_rows",
+           "mean_row_tokens")
 
 
 def micro_rollout(prompts: int = 32, tokens: int = 128) -> float:
@@ -73,7 +75,7 @@ def recipe_step(recipe: str, preset: str | None, steps: int, tasks: int | None, 
         last = json.loads((Path(out) / "metrics.jsonl").read_text().splitlines()[-1])
     rows = sum(s.get("rows", 0) for s in last.get("train", {}).values())
     return {**{k: last.get(k) for k in ("step_s", "rollout_s", "update_s", "concurrency", "rollout_tokens",
-                                        "update_tokens")}, "trained_rows": rows}
+                                        "prefill_tokens", "update_tokens")}, "trained_rows": rows}
 
 
 def figures(step: dict, rollout_rate: float, train_rate: float) -> dict:

@@ -124,7 +124,7 @@ class Runner:
             raise ValueError(f"engine {type(engine).__name__} cannot batch continuously (no stream method)")
         self.continuous = can if continuous is None else continuous
         self.calls = self.generations = self.tokens = 0
-        self.decode_steps = self.decode_rows = 0  # from the engine's counters, where it keeps them
+        self.decode_steps = self.decode_rows = self.prefill_tokens = 0  # from the engine's counters, if it keeps them
 
     def run(self, episodes: Sequence[Episode], program: Program, label: str = "") -> list[Episode]:
         """Run ``program`` on every episode to the end; returns the episodes (their turns appended). In a
@@ -141,6 +141,7 @@ class Runner:
             if before is not None:
                 self.decode_steps += counters.get("decode_steps", 0) - before.get("decode_steps", 0)
                 self.decode_rows += counters.get("decode_rows", 0) - before.get("decode_rows", 0)
+                self.prefill_tokens += counters.get("prefill_tokens", 0) - before.get("prefill_tokens", 0)
 
     @property
     def concurrency(self) -> float | None:
