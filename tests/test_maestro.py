@@ -536,7 +536,7 @@ def test_recipe_end_to_end_with_resume(tmp_path):
         train = m["train"]["central"]
         assert set(train) >= {"choice", "rank", "kl", "entropy"} and train["optimizer_steps"] == 1
         assert list(m["train"]) == ["central"]  # frozen execution agents: no adapter, nothing else trains
-    strip = lambda m: {k: v for k, v in m.items() if k not in ("rollout_s", "update_s")}  # noqa: E731
+    strip = lambda m: {k: v for k, v in m.items() if k not in ("rollout_s", "update_s", "step_s")}  # noqa: E731
     assert [strip(m) for m in metrics] == [strip(m) for m in lines(ref / "metrics.jsonl")]  # resume = uninterrupted
     assert (out / "adapters" / "final" / "central" / "adapter_config.json").exists()
     assert sorted(p.name for p in (out / "checkpoint" / "adapters").iterdir()) == ["central"]

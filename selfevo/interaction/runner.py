@@ -108,8 +108,9 @@ class Runner:
     is called once per wave (the ``calls``-th; ``requests`` sent in it; with continuous batching: when the first
     episode asks its ``calls + 1``-th wave, and for the rest at the end). ``status(RunStatus)`` is called after
     every wave, and with continuous batching after finished requests (at most every ``status_every`` seconds).
-    ``calls`` / ``generations`` count waves (engine calls) and requests sent (in a data-parallel run: the most
-    calls of any rank, the requests of all ranks). ``shard=False``: every rank runs every episode itself (no
+    ``calls`` / ``generations`` / ``tokens`` count waves (engine calls), requests sent and tokens generated (in a
+    data-parallel run: the most calls of any rank, the requests and tokens of all ranks; the engine's decode
+    counters, :attr:`concurrency`, are this rank's). ``shard=False``: every rank runs every episode itself (no
     collective calls). ``continuous``: None = when the engine can (``engine.stream``).
     """
 
@@ -151,14 +152,16 @@ class Runner:
     def _run_all(self, episodes: list[Episode], program: Program, label: str) -> list[Episode]:
         if not (self.shard and distributed.active()):
             return self._run(episodes, program, label)
-        calls, generations = self.calls, self.generations
+        calls, generations, tokens = self.calls, self.generations, self.tokens
         mine = self._run(distributed.shard(episodes), program, label)
         done = distributed.gather_shards(len(episodes), [(e.turns, e.meta) for e in mine])
         for ep, (turns, meta) in zip(episodes, done):
             ep.turns, ep.meta = turns, meta
-        counts = distributed.all_gather_object((self.calls - calls, self.generations - generations))
-        self.calls = calls + max(c for c, _ in counts)
-        self.generations = generations + sum(g for _, g in counts)
+        counts = distributed.all_gather_object((self.calls - calls, self.generations - generations,
+                                                 self.tokens - tokens))
+        self.calls = calls + max(c for c, _, _ in counts)
+        self.generations = generations + sum(g for _, g, _ in counts)
+        self.tokens = tokens + sum(t for _, _, t in counts)
         return episodes
 
     def _run(self, episodes: list[Episode], program: Program, label: str) -> list[Episode]:

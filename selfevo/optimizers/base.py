@@ -180,8 +180,8 @@ def train_agents(store: PolicyStore, optimizer: Optimizer, episodes: list[Episod
                  include: Callable[[Turn], bool] | None = None,
                  extras: Callable[[Turn], dict] | None = None) -> dict:
     """One optimizer call per agent over all of its rewarded turns (those ``include`` accepts, if given), with
-    per-row ``extras`` (see :meth:`Samples.from_turns`); per-agent stats (floats rounded; ``rows`` trained, ``tokens``: the
-    prompt and completion tokens of its rows, without padding)."""
+    per-row ``extras`` (see :meth:`Samples.from_turns`); per-agent stats (floats rounded; ``rows`` and ``tokens``: its rows and
+    their prompt and completion tokens without padding, unless the optimizer reports its own)."""
     stats = {}
     for agent in agents:
         turns = [t for t in rewarded_turns(episodes, agent) if include is None or include(t)]
@@ -191,6 +191,6 @@ def train_agents(store: PolicyStore, optimizer: Optimizer, episodes: list[Episod
         samples = Samples.from_turns(turns, pad, group_by, keep_together, extras)
         out = optimizer(store, agent, samples)
         stats[agent] = {k: round(v, 5) if isinstance(v, float) else v for k, v in out.items()}
-        stats[agent]["rows"] = len(turns)
-        stats[agent]["tokens"] = int(samples.batch.attention_mask.sum())  # prompt + completion, no padding
+        stats[agent].setdefault("rows", len(turns))  # unless the optimizer says which rows it trained on
+        stats[agent].setdefault("tokens", int(samples.batch.attention_mask.sum()))  # prompt + completion, no padding
     return stats
