@@ -256,7 +256,7 @@ class _Lane:
         self.attn = torch.cat([self.attn, torch.ones(len(self.rows), 1, dtype=self.attn.dtype, device=self.dev)], 1)
         self.pos = self.pos[:, -1:] + 1
         step_ids = tokens.unsqueeze(-1).to(self.dev)
-        if len(keep) < self.engine.compact_below * len(self.rows) or (self.waiting and len(keep) < len(self.rows)):
+        if len(keep) < self.engine.compact_below * len(self.rows):  # (a join drops finished rows as it merges)
             step_ids = step_ids[torch.tensor(keep, device=self.dev)]
             self._compact(keep, trim=True)
         self.engine.counters["decode_steps"] += 1
@@ -268,18 +268,17 @@ class _Lane:
     def _join(self) -> None:
         """Prefill waiting requests (as many as there are free rows) and merge them into the batch: at once into an
         empty batch, else when enough wait (a quarter of the running rows) or one has waited ``join_every`` steps.
-        A cache that cannot take rows mid-flight (sliding-window layers) takes them only when empty."""
+        The merge drops finished rows and left padding no running row needs, in the same copy of the cache. A
+        cache that cannot take rows mid-flight (sliding-window layers) takes them only when empty."""
         if not self.waiting:
             return
         self.since_join += 1
+        running = [j for j, r in enumerate(self.rows) if r.finish is None]
         if self.rows:
-            running = [j for j, r in enumerate(self.rows) if r.finish is None]
             due = 4 * len(self.waiting) >= len(running) or self.since_join >= self.engine.join_every
             if not (due and kvcache.mergeable(self.cache)) or len(running) >= self.engine.max_batch:
                 return
-            if len(running) < len(self.rows):
-                self._compact(running, trim=True)
-        free = self.engine.max_batch - len(self.rows)
+        free = self.engine.max_batch - len(running)
         joining = sorted(self.waiting[:free], key=lambda kr: -len(kr[1].prompt_ids))  # similar lengths together
         self.waiting, self.since_join = self.waiting[free:], 0
         rows = [r for _, r in joining]
@@ -288,20 +287,26 @@ class _Lane:
         self.engine.counters["prefill_tokens"] += int(attn.sum())
         if self.lora is not None:
             self.lora.set_rows([r.request.agent for r in rows])
-        reserve = 0 if self.rows else ids.shape[1] + max(r.request.sampling.max_new_tokens for r in rows)
+        reserve = 0 if running else ids.shape[1] + max(r.request.sampling.max_new_tokens for r in rows)
         logits, cache = HFEngine._forward(self.net, ids, attn, pos, kvcache.growing_cache(self.net.config, reserve))
         temps = torch.tensor([r.request.sampling.temperature for r in rows])
         top_ps = torch.tensor([r.request.sampling.top_p for r in rows])
         pos = pos[:, -1:]
-        if self.rows:  # merge: both sides right-aligned to the wider one
-            left = max(r.request.sampling.max_new_tokens - len(r.tokens) for r in self.rows + rows)
-            width = kvcache.merge_rows(self.cache, self.attn.shape[1], cache, attn.shape[1],
-                                       max(self.attn.shape[1], attn.shape[1]) + left + 1)
+        if running:  # merge: the running rows and the new ones, right-aligned to the wider of the two
+            sel = torch.tensor(running)
+            old_attn = self.attn[sel.to(self.dev)]
+            lead = int((old_attn.sum(0) > 0).nonzero()[0])
+            old_attn = old_attn[:, lead:]
+            left = max(r.request.sampling.max_new_tokens - len(r.tokens) for r in [self.rows[j] for j in running] + rows)
+            width = kvcache.merge_rows(self.cache, running, lead, cache, attn.shape[1],
+                                       max(old_attn.shape[1], attn.shape[1]) + left + 1)
             cache = self.cache
-            attn = torch.cat([_pad_left(self.attn, width), _pad_left(attn, width)])
-            pos, logits = torch.cat([self.pos, pos]), torch.cat([self.logits, logits])
-            temps, top_ps = torch.cat([self.temps, temps]), torch.cat([self.top_ps, top_ps])
-            rows, joining = self.rows + rows, list(zip(self.keys, self.rows)) + joining
+            dsel = sel.to(self.dev)
+            attn = torch.cat([_pad_left(old_attn, width), _pad_left(attn, width)])
+            pos, logits = torch.cat([self.pos[dsel], pos]), torch.cat([self.logits[dsel], logits])
+            temps, top_ps = torch.cat([self.temps[sel], temps]), torch.cat([self.top_ps[sel], top_ps])
+            rows = [self.rows[j] for j in running] + rows
+            joining = [(self.keys[j], self.rows[j]) for j in running] + joining
         self.rows, self.keys = rows, [k for k, _ in joining]
         self.attn, self.pos, self.logits, self.cache, self.temps, self.top_ps = attn, pos, logits, cache, temps, top_ps
         if self.lora is not None:

@@ -105,18 +105,26 @@ def select_rows(cache: DynamicCache, rows: torch.Tensor, lead: int = 0) -> None:
             _set(layer, k, v, k.shape[-2])
 
 
-def merge_rows(cache: DynamicCache, width_a: int, other: DynamicCache, width_b: int, capacity: int) -> int:
-    """Append ``other``'s rows to ``cache``'s, both right-aligned (left-padded with zeros) to the wider of the two
-    filled widths; growing layers get ``capacity`` positions. Returns the merged width (the callers pad their
-    attention masks to match). Both caches must be :func:`mergeable`."""
+def merge_rows(cache: DynamicCache, keep: list[int], lead: int, other: DynamicCache, width_b: int,
+               capacity: int) -> int:
+    """Rows ``keep`` of ``cache`` (their first ``lead`` positions dropped: padding none of them attends to), then all
+    of ``other``'s rows, both right-aligned (left-padded with zeros) to the wider of the two filled widths, in one
+    copy; growing layers get ``capacity`` positions. Returns the merged width (the callers pad their attention
+    masks to match). Both caches must be :func:`mergeable`."""
+    width_a = cache.layers[0].get_seq_length() - lead if cache.layers else 0
     width = max(width_a, width_b)
+    whole = keep == list(range(len(keep))) and len(keep) == _filled(cache.layers[0])[0].shape[0]
     for layer, extra in zip(cache.layers, other.layers):
         merged = []
         for a, b in zip(_filled(layer), _filled(extra)):
             size = capacity if isinstance(layer, GrowingLayer) else width
-            out = a.new_zeros(a.shape[0] + b.shape[0], a.shape[1], max(size, width), a.shape[-1])
-            out[:a.shape[0], :, width - width_a:width].copy_(a)
-            out[a.shape[0]:, :, width - width_b:width].copy_(b)
+            out = a.new_zeros(len(keep) + b.shape[0], a.shape[1], max(size, width), a.shape[-1])
+            if whole:
+                out[:len(keep), :, width - width_a:width].copy_(a[..., lead:, :])
+            else:
+                for i, j in enumerate(keep):  # row by row: one copy of the kept rows, no gathered temporary
+                    out[i, :, width - width_a:width].copy_(a[j, :, lead:, :])
+            out[len(keep):, :, width - width_b:width].copy_(b)
             merged.append(out)
         _set(layer, *merged, width)
     return width

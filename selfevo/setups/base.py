@@ -4,9 +4,10 @@ A setup turns a list of tasks into one :class:`TaskResult` per task (the final r
 every intermediate response as :class:`~selfevo.interaction.Turn`\\ s). Its :meth:`Setup.solve` is an *episode
 program* (see :mod:`selfevo.interaction.runner`): a generator over one task's :class:`~selfevo.interaction.Episode`
 that yields :class:`~selfevo.interaction.Ask`\\ s (or lists of them, generated in parallel), receives the turns
-and ends with :meth:`Setup.finish`. The shared :class:`~selfevo.interaction.Runner` sends the pending asks of all
-tasks as one ``engine.generate`` call, so ``run.steps`` (a *step* = one engine call) is the number of engine calls;
-a turn's ``call`` is the step that produced it. Request seeds are
+and ends with :meth:`Setup.finish`. The shared :class:`~selfevo.interaction.Runner` runs all tasks together (a
+continuously batching engine gets each task's next asks as soon as its previous ones are answered; other engines
+get one ``engine.generate`` call per wave of all tasks); ``run.steps`` (a *step* = one wave) is the most waves
+any task took, and a turn's ``call`` is the wave that produced it. Request seeds are
 ``request_seed(seed, task id, call, slot)`` (:func:`selfevo.interaction.request_seed`), so results do not depend on
 how an engine batches or orders requests.
 
