@@ -258,7 +258,7 @@ class _Lane:
         step_ids = tokens.unsqueeze(-1).to(self.dev)
         if len(keep) < self.engine.compact_below * len(self.rows):  # (a join drops finished rows as it merges)
             step_ids = step_ids[torch.tensor(keep, device=self.dev)]
-            self._compact(keep, trim=True)
+            self._compact(keep)
         self.engine.counters["decode_steps"] += 1
         self.engine.counters["decode_rows"] += len(keep)
         self.logits, self.cache = HFEngine._forward(self.net, step_ids, self.attn, self.pos, self.cache)
@@ -312,14 +312,15 @@ class _Lane:
         if self.lora is not None:
             self.lora.set_rows([r.request.agent for r in self.rows])
 
-    def _compact(self, keep: list[int], trim: bool) -> None:
+    def _compact(self, keep: list[int]) -> None:
+        """Keep batch rows ``keep``; drop left padding none of them attends to (when the cache allows)."""
         sel = torch.tensor(keep)
         self.rows, self.keys = [self.rows[j] for j in keep], [self.keys[j] for j in keep]
         self.temps, self.top_ps = self.temps[sel], self.top_ps[sel]
         sel = sel.to(self.dev)
         self.attn, self.pos, self.logits = self.attn[sel], self.pos[sel], self.logits[sel]
         lead = 0
-        if trim and kvcache.mergeable(self.cache):  # left padding that no remaining row attends to
+        if kvcache.mergeable(self.cache):
             lead = int((self.attn.sum(0) > 0).nonzero()[0])
             self.attn = self.attn[:, lead:]
         kvcache.select_rows(self.cache, sel, lead)

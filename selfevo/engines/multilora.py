@@ -95,11 +95,6 @@ class MultiLoRA:
             self._stack.callback(handle.remove)
             start += a.shape[0]
 
-    def select(self, keep: torch.Tensor) -> None:
-        """Keep only the rows in ``keep`` (finished rows dropped from the batch)."""
-        for g in self._groups:
-            g.mask, g.x, g.s = g.mask.index_select(0, keep), None, None
-
     def set_rows(self, row_adapters: Sequence[str | None]) -> None:
         """Serve ``row_adapters`` from now on (a new batch: rows joined, left, or a different batch altogether)."""
         unknown = {a for a in row_adapters if a is not None} - set(self.names)
