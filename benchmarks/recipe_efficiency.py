@@ -27,12 +27,11 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import PeakRSS, gsm8k_prompts, machine, save  # noqa: E402
-from rollout_throughput import AGENTS, build_store, requests  # noqa: E402
+from rollout_throughput import AGENTS, build_store, requests, timed  # noqa: E402
 from train_step import MODEL, make_batch, selfevo_step  # noqa: E402
 
 from selfevo import cli  # noqa: E402
@@ -46,13 +45,7 @@ FIGURES = ("rollout_tok_s", "rollout_efficiency", "update_tok_s", "update_effici
 
 def micro_rollout(prompts: int = 32, tokens: int = 128) -> float:
     """The default engine's multi-LoRA tok/s (``rollout_throughput.py``: 4 adapters mixed in one batch)."""
-    store = build_store()
-    engine = make_engine("hf", store)
-    reqs = requests(gsm8k_prompts(prompts), AGENTS, tokens)
-    engine.generate(reqs[:2])
-    start = time.perf_counter()
-    outs = engine.generate(reqs)
-    return sum(len(o.token_ids) for o in outs) / (time.perf_counter() - start)
+    return timed(make_engine("hf", build_store()), requests(gsm8k_prompts(prompts), AGENTS, tokens))
 
 
 def micro_train(seqs: int = 32, length: int = 256, micro_batch: int = 8) -> float:
