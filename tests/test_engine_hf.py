@@ -211,3 +211,53 @@ def test_multilora_set_rows_serves_a_new_batch(make_store):
             ctx.set_rows(["a2"])
     for i, agent in enumerate(["a1", None, "a0"]):
         torch.testing.assert_close(mixed[i], peft_logits(store, agent, ids)[i], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backbone,dtype", [("tiny-random", "float32"), ("smollm2-135m-instruct", "bfloat16")])
+def test_lean_decode_is_the_full_forward_bit_for_bit(make_store, backbone, dtype, monkeypatch):
+    """Decode steps through LeanDecoder give exactly the tokens and log-probs of transformers' forward: mixed
+    adapters (and none), rows joining mid-flight, sampled at temperature 1."""
+    from selfevo.engines import lean
+
+    calls = []
+    step = lean.LeanDecoder.__call__
+    monkeypatch.setattr(lean.LeanDecoder, "__call__", lambda self, *a: calls.append(1) or step(self, *a))
+
+    store = make_store(("a0", "a1"), backbone=backbone, dtype=dtype)
+    randomize_adapters(store, std=0.3 if dtype == "float32" else 0.02)
+    assert lean.supported(store.backbones[backbone].causal_lm)
+    lengths = [6, 12, 4, 9, 7, 3]
+    reqs = [Request(["a0", "a1", None][i % 3], MSGS[i % 4], SamplingParams(max_new_tokens=n, temperature=1.0),
+                    seed=i) for i, n in enumerate(lengths)]
+    got = {}
+    for flag in (True, False):
+        engine = HFEngine(store, lean=flag, join_every=1)
+        source = ChainSource(reqs)
+        engine.stream(source)
+        got[flag] = source.out
+        assert len(calls) == (engine.counters["decode_steps"] if flag else 0)
+        calls.clear()
+    for i in range(len(reqs)):
+        assert got[True][i].token_ids == got[False][i].token_ids
+        assert got[True][i].logprobs == got[False][i].logprobs
+
+
+def test_lean_decode_only_for_models_it_reproduces(make_store):
+    from selfevo.engines import lean
+
+    gemma = make_store(("a0",), backbone="tiny-random-gemma3").backbones["tiny-random-gemma3"].causal_lm
+    assert not lean.supported(gemma)  # sliding-window layers, other norms: the full forward serves it
+
+
+def test_prefill_without_padding_skips_the_mask(make_store):
+    """One unpadded row prefills with no attention mask (SDPA's causal kernel): the same logits as with its mask."""
+    from selfevo.engines import kvcache
+
+    store = make_store(("a0",))
+    net = store.backbones["tiny-random"].causal_lm
+    ids = torch.randint(0, 1000, (1, 17))
+    pos = torch.arange(17)[None]
+    with torch.no_grad():
+        masked, _ = HFEngine._forward(net, ids, torch.ones_like(ids), pos, kvcache.growing_cache(net.config, 40))
+        plain, _ = HFEngine._forward(net, ids, None, pos, kvcache.growing_cache(net.config, 40))
+    torch.testing.assert_close(plain, masked, atol=1e-5, rtol=1e-5)

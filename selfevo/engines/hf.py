@@ -15,7 +15,7 @@ from typing import Hashable, Sequence
 import torch
 
 from selfevo.engines.base import ENGINES, render_prompt, truncate_at_stop
-from selfevo.engines import kvcache
+from selfevo.engines import kvcache, lean
 from selfevo.engines.multilora import MultiLoRA
 from selfevo.engines.packed import PackedLinears
 from selfevo.types import Completion, Request
@@ -105,12 +105,15 @@ class HFEngine:
     ``compact_below``: finished rows are dropped from the batch once the running ones fall below this fraction
     (or at once when requests wait for the slots); ``join_every``: a request waits at most this many decode steps
     for more to join with it (a join copies the batch's KV cache; several join for the price of one).
+    ``lean``: decode steps of Llama-family models go through :class:`~selfevo.engines.lean.LeanDecoder` (the same
+    logits, without transformers' per-module overhead); other models always take the full forward.
     ``counters``: decode steps and rows decoded (their ratio is the mean batch: the requests in flight).
     """
 
     def __init__(self, store, max_batch: int = 64, compact_below: float = 0.75, packed: bool = True,
-                 join_every: int = 8):
+                 join_every: int = 8, lean: bool = True):
         self.store = store
+        self.lean = lean
         self.packed = packed  # prepacked oneDNN matmuls for frozen bf16 linears when vLLM's CPU ops exist
         self.max_batch = max_batch
         self.compact_below = compact_below
@@ -217,11 +220,14 @@ class _Lane:
         self.keys: list[Hashable] = []
         self.attn = self.pos = self.logits = self.temps = self.top_ps = self.cache = None
         self.since_join = 0
+        self.decoder = None
 
     def __enter__(self) -> "_Lane":
         self.packed.__enter__()
         if self.lora is not None:
             self.lora.__enter__()
+        if self.engine.lean and lean.supported(self.net):  # after both: it binds the forwards they install
+            self.decoder = lean.LeanDecoder(self.net, self.lora)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -261,8 +267,15 @@ class _Lane:
             self._compact(keep)
         self.engine.counters["decode_steps"] += 1
         self.engine.counters["decode_rows"] += len(keep)
-        self.logits, self.cache = HFEngine._forward(self.net, step_ids, self.attn, self.pos, self.cache)
+        self.logits, self.cache = self._decode(step_ids)
         return finished
+
+    def _decode(self, ids: torch.Tensor):
+        """Next-token logits [B, V] of one decode step, and the cache."""
+        if self.decoder is None:
+            return HFEngine._forward(self.net, ids, self.attn, self.pos, self.cache)
+        hidden, cache = self.decoder(ids, self.attn, self.pos, self.cache)
+        return _softcap(self.net.get_output_embeddings()(hidden.contiguous()), self.net.config), cache
 
     # ---- rows joining and leaving -------------------------------------------------------------------------------
     def _join(self) -> None:
@@ -288,7 +301,10 @@ class _Lane:
         if self.lora is not None:
             self.lora.set_rows([r.request.agent for r in rows])
         reserve = 0 if running else ids.shape[1] + max(r.request.sampling.max_new_tokens for r in rows)
-        logits, cache = HFEngine._forward(self.net, ids, attn, pos, kvcache.growing_cache(self.net.config, reserve))
+        # no padding (one row, or equal lengths): no mask, so attention runs SDPA's causal kernel (a prefill sees
+        # exactly its own keys, even in a cache with spare capacity)
+        mask = None if bool(attn.all()) else attn
+        logits, cache = HFEngine._forward(self.net, ids, mask, pos, kvcache.growing_cache(self.net.config, reserve))
         temps = torch.tensor([r.request.sampling.temperature for r in rows])
         top_ps = torch.tensor([r.request.sampling.top_p for r in rows])
         pos = pos[:, -1:]

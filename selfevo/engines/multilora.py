@@ -74,6 +74,7 @@ class MultiLoRA:
         self.names = sorted(set(names or ()) | {a for a in self.rows if a is not None})
         self._stack = ExitStack()
         self._groups: list[_Group] = []
+        self.deltas: dict[int, object] = {}  # id(LoRA layer) -> delta(x, output) while open (what its hook runs)
 
     def __enter__(self) -> "MultiLoRA":
         self._stack.enter_context(self.model.disable_adapter())
@@ -91,7 +92,9 @@ class MultiLoRA:
         self._groups.append(group)
         start = 0
         for layer, (a, b, _, _) in zip(members, stacks):
-            handle = layer.register_forward_hook(_delta_hook(group, start, start + a.shape[0], frozen_linear(b)))
+            delta = _delta(group, start, start + a.shape[0], frozen_linear(b))
+            self.deltas[id(layer)] = delta
+            handle = layer.register_forward_hook(lambda module, args, output, d=delta: d(args[0], output))
             self._stack.callback(handle.remove)
             start += a.shape[0]
 
@@ -113,6 +116,7 @@ class MultiLoRA:
     def __exit__(self, *exc) -> None:
         for g in self._groups:
             g.x = g.s = None
+        self.deltas.clear()
         self._stack.close()
 
 
@@ -128,11 +132,11 @@ def _siblings(model) -> dict[str, list]:
     return groups
 
 
-def _delta_hook(group: _Group, start: int, end: int, expand):
-    """output += (masked shrink of this layer's columns) @ B^T, in place."""
-    def hook(module, args, output):
-        part = group.shrink(args[0])[..., start:end]
+def _delta(group: _Group, start: int, end: int, expand):
+    """``delta(x, output)``: output += (masked shrink of x, this layer's columns) @ B^T, in place."""
+    def delta(x, output):
+        part = group.shrink(x)[..., start:end]
         output.view(-1, output.shape[-1]).add_(expand(part.reshape(-1, end - start)))
         return output
 
-    return hook
+    return delta
