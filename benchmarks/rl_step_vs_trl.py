@@ -1,11 +1,12 @@
 """End-to-end RL step throughput: selfevo REINFORCE++ vs TRL's GRPOTrainer, same model, dtype, LoRA and budget.
 
     .venv/bin/python benchmarks/rl_step_vs_trl.py [--steps 4] [--completions 8] [--tokens 128] [--dtype bfloat16]
+        [--out rl_step_vs_trl]
 
-Both sides: the embedded model, LoRA r=16 (alpha 32, all linear layers), 2 GSM8K prompts × 4 completions of at most
+Both sides: the embedded model, LoRA r=16 (alpha 32, all linear layers), --completions / 4 GSM8K prompts × 4 completions of at most
 --tokens tokens per step, the math verifier as reward, one optimizer step per rollout batch. Reported: generated
 tokens per second over whole steps (rollout + reward + update), the first step excluded as warm-up.
-Keys: selfevo_tok_s, trl_grpo_tok_s, ratio. Writes results/rl_step_vs_trl.json.
+Keys: selfevo_tok_s, trl_grpo_tok_s, ratio. Writes results/rl_step_vs_trl.json (``--out`` to name it otherwise).
 """
 from __future__ import annotations
 
@@ -104,6 +105,7 @@ def main() -> None:
     ap.add_argument("--completions", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--out", default="rl_step_vs_trl", help="results/<out>.json")
     args = ap.parse_args()
     tasks = load_tasks("gsm8k", "train", limit=args.steps * args.completions // PER_PROMPT + 4)
     result = {"model": MODEL, "dtype": args.dtype, "steps": args.steps, "completions_per_step": args.completions,
@@ -112,7 +114,7 @@ def main() -> None:
     result["trl_grpo_tok_s"] = round(trl_run(tasks, args), 1)
     result["ratio"] = round(result["selfevo_tok_s"] / result["trl_grpo_tok_s"], 2)
     result["machine"] = machine()
-    save("rl_step_vs_trl", result)
+    save(args.out, result)
 
 
 if __name__ == "__main__":

@@ -311,7 +311,7 @@ class _Lane:
         if running:  # merge: the running rows and the new ones, right-aligned to the wider of the two
             sel = torch.tensor(running)
             old_attn = self.attn[sel.to(self.dev)]
-            lead = int((old_attn.sum(0) > 0).nonzero()[0])
+            lead = _lead(old_attn)
             old_attn = old_attn[:, lead:]
             left = max(r.request.sampling.max_new_tokens - len(r.tokens) for r in [self.rows[j] for j in running] + rows)
             width = kvcache.merge_rows(self.cache, running, lead, cache, attn.shape[1],
@@ -337,7 +337,7 @@ class _Lane:
         self.attn, self.pos, self.logits = self.attn[sel], self.pos[sel], self.logits[sel]
         lead = 0
         if kvcache.mergeable(self.cache):
-            lead = int((self.attn.sum(0) > 0).nonzero()[0])
+            lead = _lead(self.attn)
             self.attn = self.attn[:, lead:]
         kvcache.select_rows(self.cache, sel, lead)
         if self.lora is not None:
@@ -346,6 +346,11 @@ class _Lane:
     def _clear(self) -> None:
         self.rows, self.keys = [], []
         self.attn = self.pos = self.logits = self.temps = self.top_ps = self.cache = None
+
+
+def _lead(mask: torch.Tensor) -> int:
+    """Leading positions no row attends to (left padding common to all rows of ``mask`` [B, T])."""
+    return int((mask.sum(0) > 0).nonzero()[0])
 
 
 def _pad_left(mask: torch.Tensor, width: int) -> torch.Tensor:
