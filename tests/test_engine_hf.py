@@ -261,3 +261,36 @@ def test_prefill_without_padding_skips_the_mask(make_store):
         masked, _ = HFEngine._forward(net, ids, torch.ones_like(ids), pos, kvcache.growing_cache(net.config, 40))
         plain, _ = HFEngine._forward(net, ids, None, pos, kvcache.growing_cache(net.config, 40))
     torch.testing.assert_close(plain, masked, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_lean_decoder_step_equals_the_model_forward(family):
+    """One decode step of LeanDecoder against transformers' forward on the same cache, for both families it
+    serves (qwen2: biased q/k/v projections), rows left-padded differently."""
+    import copy
+
+    import transformers
+    from selfevo.engines import attention, kvcache, lean
+
+    attention.register()
+    cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+           "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}[family]
+    cfg = cls[0](vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=256, attn_implementation=attention.NAME)
+    torch.manual_seed(0)
+    net = cls[1](cfg).eval()
+    if family == "qwen2":
+        assert net.model.layers[0].self_attn.q_proj.bias is not None
+    assert lean.supported(net)
+    ids = torch.randint(0, 300, (3, 9))
+    attn = torch.ones_like(ids)
+    attn[0, :4] = 0
+    attn[2, :2] = 0
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        _, cache = HFEngine._forward(net, ids, attn, pos, kvcache.growing_cache(net.config, 20))
+        step_ids, step_pos = torch.randint(0, 300, (3, 1)), pos[:, -1:] + 1
+        step_attn = torch.cat([attn, torch.ones(3, 1, dtype=attn.dtype)], 1)
+        full, _ = HFEngine._forward(net, step_ids, step_attn, step_pos, copy.deepcopy(cache))
+        hidden, _ = lean.LeanDecoder(net)(step_ids, step_attn, step_pos, copy.deepcopy(cache))
+    assert torch.equal(net.get_output_embeddings()(hidden.contiguous()), full)
