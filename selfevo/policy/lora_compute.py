@@ -4,7 +4,8 @@ PEFT keeps adapter weights in fp32 next to a bf16 base and casts every layer's *
 update back), which on a CPU costs more than the LoRA maths itself. While :class:`ActivationDtypeLoRA` is open, each
 LoRA layer of the active adapter computes ``base(x) + (x A^T) B^T · scaling`` with A and B cast to ``x.dtype``
 instead: the small weights are cast, not the large activations, and gradients still reach the fp32 parameters
-through the cast. The up-projection accumulates into the base output in one ``addmm``. Only plain LoRA layers of one active adapter (no DoRA, no merged weights) are handled.
+through the cast. The up-projection accumulates into the base output in one ``addmm``. Only plain LoRA layers of one
+active adapter (no DoRA, no merged weights) are handled.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def _forward(layer, name: str):
         # out + shrunk @ (scale · B)^T as one GEMM that accumulates into the base output: no [N, out] temporaries
         # for the scaled delta and the sum (nor for their gradients)
         expand = (b.weight * scale).to(x.dtype).t()
-        return torch.addmm(out.reshape(-1, out.shape[-1]), shrunk.reshape(-1, shrunk.shape[-1]), expand).view(out.shape)
+        flat = torch.addmm(out.reshape(-1, out.shape[-1]), shrunk.reshape(-1, shrunk.shape[-1]), expand)
+        return flat.view(out.shape)
 
     return forward
 
