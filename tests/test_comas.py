@@ -1,8 +1,10 @@
 """CoMAS: protocol shape and batching with a scripted engine, Eq. 7-8 rewards on transcripts, the ablations,
 the released-code semantics, and the recipe end to end (2 steps, resume adds exactly one, same RNG stream)."""
 import json
+import shutil
 
 import pytest
+import torch
 
 from selfevo import cli
 from selfevo.algorithms import comas
@@ -203,3 +205,20 @@ def test_resume_after_a_kill_between_log_and_checkpoint_logs_each_step_once(tmp_
 def test_resume_without_checkpoint_is_one_line_error(tmp_path, capsys):
     assert _run(tmp_path / "nothing", "resume=true") == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_resuming_a_finished_run_writes_its_missing_final_adapters(tmp_path):
+    """A run stopped after step 1 of 4 and resumed with max_steps=2 has nothing left to run: its final adapters
+    are the checkpoint's (those of step 1)."""
+    out = tmp_path / "run"
+    assert _run(out, "trainer.max_steps=2") == 0
+    final = out / "adapters" / "final"
+    shutil.rmtree(final)  # as if the run had been configured for more steps and stopped here
+    assert _run(out, "trainer.max_steps=2", "resume=true") == 0
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    from safetensors.torch import load_file
+
+    for agent in ("agent0", "agent1"):
+        got = load_file(str(final / agent / "adapter_model.safetensors"))
+        ref = load_file(str(out / "adapters" / "step_1" / agent / "adapter_model.safetensors"))
+        assert got.keys() == ref.keys() and all(torch.equal(got[k], ref[k]) for k in ref)

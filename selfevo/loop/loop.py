@@ -117,6 +117,8 @@ class Loop:
         for step in self.bar:
             self.step, self._step_start = step, time.perf_counter()
             yield step
+        if self.first_step == self.cfg.trainer.max_steps and self.main:
+            self._export_missing_final()  # resumed with nothing left to do (e.g. a stopped run, max_steps lowered)
 
     def runner(self, step: int) -> Runner:
         """A runner whose request seeds are keyed by (run seed, step): every step's draws are its own."""
@@ -210,6 +212,13 @@ class Loop:
                 self.store.save_adapter(agent, self.dir / "adapters" / f"step_{step}" / agent)
                 if last:
                     self.store.save_adapter(agent, self.dir / "adapters" / "final" / agent)
+
+    def _export_missing_final(self) -> None:
+        """``adapters/final/<agent>`` from the restored checkpoint (its last step is ``max_steps - 1``) for every
+        agent that has none: a run stopped early and resumed with a lower ``max_steps`` is complete at once."""
+        for agent in self.store.agents():
+            if not (self.dir / "adapters" / "final" / agent).exists():
+                self.store.save_adapter(agent, self.dir / "adapters" / "final" / agent)
 
     # ---- held-out evaluation -------------------------------------------------------------------------------------
     def evaluate(self) -> dict:
