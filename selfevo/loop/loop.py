@@ -217,8 +217,9 @@ class Loop:
         """``adapters/final/<agent>`` from the restored checkpoint (its last step is ``max_steps - 1``) for every
         agent that has none: a run stopped early and resumed with a lower ``max_steps`` is complete at once."""
         for agent in self.store.agents():
-            if not (self.dir / "adapters" / "final" / agent).exists():
-                self.store.save_adapter(agent, self.dir / "adapters" / "final" / agent)
+            final = self.dir / "adapters" / "final" / agent
+            if not final.exists():
+                self.store.save_adapter(agent, final)
 
     # ---- held-out evaluation -------------------------------------------------------------------------------------
     def evaluate(self) -> dict:
