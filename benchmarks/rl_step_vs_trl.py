@@ -4,8 +4,9 @@
         [--out rl_step_vs_trl]
 
 Both sides: the embedded model, LoRA r=16 (alpha 32, all linear layers), --completions / 4 GSM8K prompts × 4
-completions of at most --tokens tokens per step, the math verifier as reward, one optimizer step per rollout batch. Reported: generated
-tokens per second over whole steps (rollout + reward + update), the first step excluded as warm-up.
+completions of at most --tokens tokens per step, the math verifier as reward, one optimizer step per rollout batch.
+Reported: generated tokens per second over whole steps (rollout + reward + update), the first step excluded as
+warm-up.
 Keys: selfevo_tok_s, trl_grpo_tok_s, ratio. Writes results/rl_step_vs_trl.json (``--out`` to name it otherwise).
 """
 from __future__ import annotations
