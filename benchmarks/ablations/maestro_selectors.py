@@ -28,6 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from selfevo.stats import paired_difference, wilson  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from effect import train_seconds  # noqa: E402
+
 TRAINERS = ("sft", "grpo", "clpo")
 # (selfevo run maestro key, selfevo eval setup key, value)
 PROTOCOL = (("agents", "n_agents", 2), ("protocol.k", "k", 2), ("protocol.rounds", "rounds", 1),
@@ -83,7 +86,7 @@ def table(rows: dict, meta: dict) -> str:
     lines = [f"Held-out: first {meta['n']} items of {meta['benchmark']} (test), N={meta['agents']} agents × "
              f"K={meta['k']} candidates, 1 round; training: {meta['steps']} steps on {meta['benchmark']}:train.", "",
              "| central agent | coverage | identification (of covered) | accuracy | parse failures |"
-             " accuracy − prompt only (paired 95%) | picks 1/2/3/4 shown |", "|---" * 7 + "|"]
+             " accuracy − prompt only (paired 95%) | picks 1/2/3/4 shown | training s |", "|---" * 8 + "|"]
     for name, r in rows.items():
         d = r.get("vs_prompt_only")
         diff = f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] (+{d['improved']}/−{d['worsened']})" if d else "–"
@@ -93,8 +96,11 @@ def table(rows: dict, meta: dict) -> str:
                 shown[s - 1] += 1
         lines.append(f"| {name} | {fmt(r['coverage'], r['coverage_ci'])} ({r['covered']}) | "
                      f"{fmt(r['identification'], r['identification_ci'])} | {fmt(r['accuracy'], r['accuracy_ci'])} | "
-                     f"{r['parse_failure_rate']:.3f} | {diff} | {'/'.join(map(str, shown))} |")
-    return "\n".join(lines) + "\n\nIntervals: 95% Wilson (proportions), normal on the paired per-item differences.\n"
+                     f"{r['parse_failure_rate']:.3f} | {diff} | {'/'.join(map(str, shown))} | "
+                     f"{r.get('train_s') or '–'} |")
+    slates = f"; slates collected in {meta['slates_wall_s']:.0f} s" if meta.get("slates_wall_s") else ""
+    return ("\n".join(lines) + "\n\nIntervals: 95% Wilson (proportions), normal on the paired per-item differences. "
+            f"Training s: rollouts + updates{slates}.\n")
 
 
 def main() -> None:
@@ -132,10 +138,14 @@ def main() -> None:
         rounds = items(where, args.benchmark)
         rows[name] = summarise(rounds, base)
         rows[name]["shown"] = [r["shown"] for r in rounds]
+        rows[name]["train_s"] = None if name == "prompt_only" else train_seconds(out / "train" / name)
         base = rounds if name == "prompt_only" else base
     setting = {e: v for _, e, v in PROTOCOL}
     meta = {"n": args.n, "benchmark": args.benchmark, "steps": args.steps, "agents": setting["n_agents"],
             "k": setting["k"]}
+    slate_results = slates / f"{args.benchmark}-maestro_select" / "results.json"
+    if slate_results.exists():
+        meta["slates_wall_s"] = json.loads(slate_results.read_text())["wall_time_s"]
     md = table(rows, meta)
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results + ".md").write_text(md)
