@@ -120,24 +120,24 @@ CURVES = {"comas": ("verified_accuracy", "precision", "recall", "parse_failure_r
           "sage": ("solver_accuracy", "format.solver", "acceptance_rate"), "grpo": ("accuracy",)}
 
 
-def plot(out: Path, methods: list[str], path: Path) -> None:
-    """Training curves per method (its metrics.jsonl): the verified accuracy of its own rollouts and what its
-    rewards were made of (CoMAS: precision / recall of the scores against the verifier)."""
+def plot(runs: list[tuple[str, Path, tuple[str, ...]]], path: Path) -> None:
+    """One panel per run: ``(title, metrics.jsonl, keys)`` → each key of its per-step metrics against the step (runs
+    whose metrics file is missing are left out; nothing is written when none is there)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [(m, out / m / "metrics.jsonl") for m in methods if (out / m / "metrics.jsonl").exists()]
+    runs = [r for r in runs if r[1].exists()]
     if not runs:
         return
     fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4), squeeze=False)
-    for ax, (method, path_m) in zip(axes[0], runs):
-        lines = [json.loads(x) for x in path_m.read_text().splitlines()]
-        for key in CURVES[method]:
+    for ax, (title, metrics, keys) in zip(axes[0], runs):
+        lines = [json.loads(x) for x in metrics.read_text().splitlines()]
+        for key in keys:
             ys = [m.get(key) for m in lines]
             ax.plot([m["step"] for m in lines], [float("nan") if y is None else y for y in ys], marker="o", label=key)
-        ax.set_title(f"{method} --preset cpu-learn (training rollouts)")
+        ax.set_title(title)
         ax.set_xlabel("step")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
@@ -173,7 +173,8 @@ def main() -> None:
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results + ".json").write_text(json.dumps({"benchmark": BENCH, "eval": EVAL, "methods": methods}) + "\n")
     Path(args.results + ".md").write_text(md)
-    plot(out, args.methods, Path(args.results + ".png"))
+    plot([(f"{m} --preset cpu-learn (training rollouts)", out / m / "metrics.jsonl", CURVES[m]) for m in args.methods],
+         Path(args.results + ".png"))
     print(md)
 
 

@@ -11,7 +11,8 @@
    selects on the replayed slates (``slates=``: the same candidates, the same seeded display order), greedy.
 4. *Table*: per central agent, coverage, identification and accuracy with 95% Wilson intervals, the selection
    parse-failure rate, and the paired difference in accuracy against prompt only (same items) with its 95%
-   interval. Writes ``benchmarks/results/maestro_selectors.{json,md}`` (``--results``) and prints the table.
+   interval. Writes ``benchmarks/results/maestro_selectors.{json,md}`` (``--results``) and prints the table;
+   ``.png``: each trainer's training curves (coverage, identification, accuracy, parse failures per step).
 
 Extra ``key=value`` arguments go to every ``selfevo run maestro`` (e.g. ``model.backbones=[...]``). The protocol
 settings shared by all steps are in ``PROTOCOL`` (the cpu preset's N=2, K=2, 128-token candidates; the chained
@@ -29,9 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from selfevo.stats import paired_difference, wilson  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from effect import train_seconds  # noqa: E402
+from effect import plot, train_seconds  # noqa: E402
 
 TRAINERS = ("sft", "grpo", "clpo")
+CURVES = ("coverage", "identification", "accuracy", "select_parse_failure_rate")  # per training step
 # (selfevo run maestro key, selfevo eval setup key, value)
 PROTOCOL = (("agents", "n_agents", 2), ("protocol.k", "k", 2), ("protocol.rounds", "rounds", 1),
             ("protocol.central_chain", "central_chain", "true"), ("protocol.candidate_chars", "candidate_chars", 400),
@@ -147,6 +149,8 @@ def main() -> None:
     if slate_results.exists():
         meta["slates_wall_s"] = json.loads(slate_results.read_text())["wall_time_s"]
     md = table(rows, meta)
+    plot([(f"{name} central agent (training slates)", out / "train" / name / "metrics.jsonl", CURVES)
+          for name in args.trainers], Path(args.results + ".png"))
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results + ".md").write_text(md)
     Path(args.results + ".json").write_text(json.dumps({"meta": meta, "centrals": rows}, default=list) + "\n")
