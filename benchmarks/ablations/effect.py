@@ -93,16 +93,16 @@ def maestro_row() -> dict | None:
     path = Path("benchmarks/results/maestro_selectors.json")
     if not path.exists():
         return None
-    table = json.loads(path.read_text())
-    centrals, meta = table["centrals"], table["meta"]
+    record = json.loads(path.read_text())
+    centrals, meta = record["centrals"], record["meta"]
     if "prompt_only" not in centrals or "clpo" not in centrals:
         return None
     base, clpo = centrals["prompt_only"], centrals["clpo"]
+    command = (f"benchmarks/ablations/maestro_selectors.py --n {meta['n']} --steps {meta['steps']} "
+               f"--benchmark {meta['benchmark']}")
     return row(base["items"], clpo["items"], what="central agent on fixed held-out slates (accuracy = the chosen "
                "candidate is correct)", identification_before=base["identification"],
-               identification_after=clpo["identification"], command=f"benchmarks/ablations/maestro_selectors.py --n {meta['n']} --steps {meta['steps']} "
-               f"--benchmark {meta['benchmark']}",
-               train_s=clpo.get("train_s"))
+               identification_after=clpo["identification"], command=command, train_s=clpo.get("train_s"))
 
 
 def table(methods: dict) -> str:

@@ -149,9 +149,9 @@ def main() -> None:
     if slate_results.exists():
         meta["slates_wall_s"] = json.loads(slate_results.read_text())["wall_time_s"]
     md = table(rows, meta)
+    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     plot([(f"{name} central agent (training slates)", out / "train" / name / "metrics.jsonl", CURVES)
           for name in args.trainers], Path(args.results + ".png"))
-    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results + ".md").write_text(md)
     Path(args.results + ".json").write_text(json.dumps({"meta": meta, "centrals": rows}, default=list) + "\n")
     print(md)
