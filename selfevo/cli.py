@@ -21,6 +21,7 @@ commands:
   selfevo verify --input IN --output OUT       score model responses with the verifiers (JSONL in, JSONL out)
   selfevo eval benchmark=B setup=S [key=value]  evaluate agents on benchmarks × inference setups (--help: keys)
   selfevo prepare [MODEL ...]                  build the local cache of built-in models (default: the embedded one)
+  selfevo prepare data [NAME ...] [--from DIR] fill the benchmark-data cache from the hub or a local copy
   selfevo report DIR [DIR ...] [--output F]    one self-contained HTML page: curves, transcripts, config, eval items
 
 examples:
@@ -152,11 +153,26 @@ def _eval(argv: list[str]) -> int:
 
 
 def _prepare(argv: list[str]) -> int:
+    """``selfevo prepare [MODEL ...]`` builds model caches; ``selfevo prepare data ...`` fills the data cache."""
     from selfevo import models
 
+    if argv[:1] == ["data"]:
+        return _prepare_data(argv[1:])
     for name in argv or [models.DEFAULT_MODEL]:
         print(f"{name}: {models.resolve(name)}")
     return 0
+
+
+def _prepare_data(argv: list[str]) -> int:
+    """``selfevo prepare data [NAME ...] [--from DIR]``: see :mod:`selfevo.tasks.prepare`."""
+    from selfevo.tasks.prepare import prepare_data
+
+    parser = OneLineParser(prog="selfevo prepare data", description="fill the benchmark-data cache "
+                           "($SELFEVO_CACHE/data, default ~/.cache/selfevo/data) from the Hugging Face hub or --from")
+    parser.add_argument("names", nargs="*", metavar="NAME", help="benchmarks (default: all that have the source)")
+    parser.add_argument("--from", dest="from_dir", metavar="DIR", help="a copy of the benchmark data folder")
+    args = parser.parse_intermixed_args(argv)
+    return prepare_data(args.names, args.from_dir)
 
 
 def _report(argv: list[str]) -> int:

@@ -73,7 +73,8 @@ class EvalConfig:
                       choices=("auto", "cpu", "cuda"))
     limit: int | None = opt(None, "tasks per benchmark (null: all)", ge=1)
     split: str | None = opt(None, "benchmark split (null: each benchmark's default)")
-    data_root: str | None = opt(None, "benchmark data folder (null: $SELFEVO_DATA, else ../shared/data)")
+    data_root: str | None = opt(None, "benchmark data folder, then the only place read (null: $SELFEVO_DATA, the "
+                                      "cache of `selfevo prepare data`, ../shared/data, else the hub)")
     seed: int = opt(0, "seed of the RNGs and of every request", ge=0)
     output_dir: str = opt("runs/eval", "where results, table.md and summary.json are written", nonempty=True)
     temperature: float | None = opt(None, "sampling temperature (null: each setup's paper default)", ge=0)

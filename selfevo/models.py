@@ -6,7 +6,8 @@ A name is one of:
 - a local folder holding a Hugging Face checkpoint;
 - any Hugging Face Hub id (``Qwen/Qwen2.5-3B-Instruct``), resolved by ``snapshot_download`` where a hub is reachable.
 
-Folders from built-in names live under ``$SELFEVO_CACHE`` (default ``~/.cache/selfevo/models``).
+Folders from built-in names live under ``models/`` of selfevo's cache folder, :func:`cache_root`: ``$SELFEVO_CACHE``,
+default ``~/.cache/selfevo`` (so ``~/.cache/selfevo/models``). Prepared benchmark data lives beside it in ``data/``.
 """
 from __future__ import annotations
 
@@ -38,8 +39,18 @@ class BuiltinModel:
     build: Callable[[Path], None]  # writes a from_pretrained-able folder into the given empty directory
 
 
+CACHE_ENV = "SELFEVO_CACHE"
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("SELFEVO_CACHE", Path.home() / ".cache" / "selfevo" / "models"))
+    """selfevo's cache folder: ``$SELFEVO_CACHE``, default ``~/.cache/selfevo``. It holds ``models/`` (built-in
+    models), ``data/`` (benchmark data from ``selfevo prepare data``) and ``evalplus/`` (EvalPlus hub rows)."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "selfevo").expanduser()
+
+
+def models_cache() -> Path:
+    """Where built-in models are built: ``cache_root() / "models"``."""
+    return cache_root() / "models"
 
 
 def _package_dir(package: str, install: str) -> Path:
@@ -153,7 +164,7 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 
 def _build_cached(model: BuiltinModel) -> Path:
     """Build a built-in model once; a half-written folder never counts as built (atomic rename)."""
-    final = cache_root() / model.name
+    final = models_cache() / model.name
     if (final / "config.json").exists():
         return final
     tmp = final.with_name(f".{model.name}.tmp{os.getpid()}")

@@ -39,6 +39,12 @@ def tasks(name: str, split: str | None = None, **options) -> list:
     return list(_load(name, split, **options))
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path_factory, monkeypatch):
+    """A data cache of this module's own ($SELFEVO_CACHE): a copy prepared on this machine never answers here."""
+    monkeypatch.setenv("SELFEVO_CACHE", str(tmp_path_factory.mktemp("selfevo-cache")))
+
+
 def one_line(exc: pytest.ExceptionInfo) -> str:
     message = str(exc.value)
     assert "\n" not in message and message
@@ -227,10 +233,11 @@ def test_bad_data_root_is_a_one_line_error(tmp_path, monkeypatch):
     assert "nowhere" in one_line(exc) and "SELFEVO_DATA" in one_line(exc)
     monkeypatch.delenv("SELFEVO_DATA", raising=False)
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(TaskDataError) as exc:
-        load_tasks("gsm8k")
+    with pytest.raises(TaskDataError) as exc:  # no local copy, no hub source: where it looked, how to get it
+        load_tasks("maslab_gsm8k")
     message = one_line(exc)
     assert os.path.join(os.path.dirname(str(tmp_path)), "shared", "data") in message and "SELFEVO_DATA" in message
+    assert "`selfevo prepare data maslab_gsm8k --from DIR`" in message
     monkeypatch.setenv("SELFEVO_DATA", str(tmp_path / "missing"))
     with pytest.raises(TaskDataError, match="from \\$SELFEVO_DATA"):
         load_tasks("gsm8k")
@@ -291,6 +298,7 @@ def test_hub_unreachable_is_a_one_line_error(monkeypatch):
         load_tasks("gsm8k", "test", source="hub")
     message = one_line(exc)
     assert "openai/gsm8k" in message and "ConnectionError" in message and "source='local'" in message
+    assert "`selfevo prepare data gsm8k --from DIR`" in message
     assert calls == [(("openai/gsm8k", "main"), {"split": "test"})]
     monkeypatch.setitem(sys.modules, "datasets", None)  # package not installed
     with pytest.raises(HubUnavailableError, match="needs the 'datasets' package") as exc:
@@ -345,7 +353,7 @@ def test_hub_evalplus_rows_are_written_to_a_file_for_the_verifier(monkeypatch, t
     with gzip.open(os.path.join(DATA, "humanevalplus", "HumanEvalPlus-Mini.jsonl.gz"), "rt") as handle:
         rows = [json.loads(next(handle)) for _ in range(2)]
     _fake_datasets(monkeypatch, lambda *a, **k: [dict(r) for r in rows])
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("SELFEVO_CACHE", str(tmp_path))
     hub = load_tasks("humanevalplus", source="hub")
     path = hub[0].meta["evalplus"]["path"]
     assert path.startswith(str(tmp_path)) and os.path.exists(path)

@@ -51,8 +51,10 @@ class DataCfg:
     tasks: list[str] = opt([], "training tasks: registered benchmarks ('gsm8k', 'math:train') or JSONL files of "
                                "tasks; empty: the recipe's own training set")
     limit: int = opt(0, "keep the first n tasks of each data.tasks entry (0: all)", ge=0)
-    source: str = opt("local", "where benchmarks come from: local files or the HF hub", choices=("local", "hub"))
-    data_root: str | None = opt(None, "folder of local benchmark files (default: $SELFEVO_DATA, ../shared/data)")
+    source: str = opt("local", "where benchmarks come from: local files (the hub where none exist) or the HF hub",
+                      choices=("local", "hub"))
+    data_root: str | None = opt(None, "folder of local benchmark files, then the only place read (default: "
+                                      "$SELFEVO_DATA, the cache of `selfevo prepare data`, ../shared/data)")
 
 
 @dataclass

@@ -1,10 +1,18 @@
-"""The machinery behind the benchmark registry: entry specs, the data root, file readers, the hub path, loading.
+"""The machinery behind the benchmark registry: entry specs, where data is found, file readers, the hub, loading.
 
-A :class:`TaskSpec` says where an entry's rows come from (local files under the data root, or a Hugging Face hub
-dataset) and how one row becomes a :class:`~selfevo.types.Task`. The same ``to_task`` maps local and hub rows, so
-both sources give the same tasks when the data is the same. Every error a user can cause (no data root, a missing
-file, a malformed JSON line, an unreachable hub, an unknown option) is a :class:`TaskDataError` with a one-line
-message.
+A :class:`TaskSpec` says where an entry's rows come from (local files, or a Hugging Face hub dataset) and how one
+row becomes a :class:`~selfevo.types.Task`. The same ``to_task`` maps local and hub rows, so both sources give the
+same tasks when the data is the same.
+
+Local files are looked up per file in one order of places (:func:`data_places`): ``data_root=`` when given (then
+the only place: a run that names its data folder reads nothing else), else ``$SELFEVO_DATA`` (when set), the cache
+folder :func:`data_cache` (``$SELFEVO_CACHE/data``, default ``~/.cache/selfevo/data``, filled by ``selfevo prepare
+data``) and ``../shared/data`` relative to the working directory. When no place has an entry's files and the entry
+has a hub source (and no ``data_root=`` was given), loading goes to the hub with a one-line notice. Hub rows that
+``selfevo prepare data NAME`` stored in the cache (``data/hub/...``) are read instead of the hub.
+
+Every error a user can cause (no data, a missing file, a malformed JSON line, an unreachable hub, an unknown
+option) is a :class:`TaskDataError` with a one-line message; one that finds no data names ``selfevo prepare data``.
 """
 from __future__ import annotations
 
@@ -12,8 +20,10 @@ import gzip
 import json
 import logging
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from selfevo.registry import Registry
@@ -27,11 +37,20 @@ SOURCES = ("local", "hub")
 
 
 class TaskDataError(ValueError):
-    """A benchmark could not be loaded; the message is one line saying what and where."""
+    """A benchmark could not be loaded; the message is one line saying what and where (``core``: the message
+    without the advice at its end, for an error that joins two)."""
+
+    def __init__(self, message: str, core: str | None = None):
+        super().__init__(message)
+        self.core = core or message
 
 
 class HubUnavailableError(TaskDataError):
     """The Hugging Face hub (or the ``datasets`` package) could not provide a dataset."""
+
+
+class MissingDataError(TaskDataError):
+    """No place holds a file an entry's local reader needs."""
 
 
 class SkipItem(Exception):
@@ -66,7 +85,9 @@ class HubSource:
 
 @dataclass
 class LoadContext:
-    """What a reader and ``to_task`` know about the current load."""
+    """What a reader and ``to_task`` know about the current load. ``source`` is where the rows come from
+    ("local" or "hub"); ``touched`` lists the files and folders found for it (``selfevo prepare data --from``
+    copies their top folders)."""
 
     spec: "TaskSpec"
     split: str
@@ -74,22 +95,64 @@ class LoadContext:
     options: dict[str, Any]
     data_root: str | None = None  # as the caller gave it
     cache: dict[str, Any] = field(default_factory=dict)  # per-load scratch space for readers/converters
-    _root: str | None = None
+    touched: list[str] = field(default_factory=list)  # found files/folders, relative to their place
+    _places: list[Place] | None = None
 
     @property
-    def root(self) -> str:
-        """The data root, resolved on first use (a reader that needs no file, e.g. GPQA with path=, never asks)."""
-        if self._root is None:
-            self._root = resolve_data_root(self.data_root)
-        return self._root
+    def places(self) -> list["Place"]:
+        """Where files are looked for, in order (resolved on first use: a reader that needs no file, e.g. GPQA
+        with path=, never asks)."""
+        if self._places is None:
+            self._places = data_places(self.data_root)
+        return self._places
+
+    def find(self, *parts: str) -> str | None:
+        """The file or folder ``parts`` in the first place that has it, else None."""
+        for place in self.places:
+            path = os.path.join(place.path, *parts)
+            if os.path.exists(path):
+                self.touched.append(os.path.join(*parts))
+                return path
+        return None
 
     def path(self, *parts: str) -> str:
-        """A file under the data root that must exist (one-line error naming it otherwise)."""
-        path = os.path.join(self.root, *parts)
-        if not os.path.exists(path):
-            raise TaskDataError(f"{self.spec.name}: missing data file {path} (data root {self.root}; "
-                                f"see SOURCES.md there, or set {DATA_ENV} / pass data_root=)")
+        """:meth:`find`, or a one-line :class:`MissingDataError` saying where it looked and how to get the data."""
+        path = self.find(*parts)
+        if path is None:
+            core = f"{self.spec.name}: {missing_text(os.path.join(*parts), self.places)}"
+            raise MissingDataError(f"{core}; {prepare_hint(self.spec)}", core)
         return path
+
+
+@dataclass(frozen=True)
+class Place:
+    """A folder that may hold benchmark files, and why it is looked at (``data_root=``, ``$SELFEVO_DATA``,
+    ``cache``, ``../shared/data``)."""
+
+    path: str
+    origin: str
+
+    def describe(self) -> str:
+        return f"{self.path} ({self.origin})"
+
+
+def missing_text(relative: str, places: list[Place]) -> str:
+    """``no local copy of REL; looked in A (origin), B (origin)`` (plus ``$SELFEVO_DATA is unset`` where so); with
+    ``data_root=`` the full path of the missing file."""
+    if len(places) == 1 and places[0].origin == "data_root=":
+        return f"missing data file {os.path.join(places[0].path, relative)} (data_root= is the only place looked in)"
+    looked = ", ".join(p.describe() for p in places)
+    unset = "" if places and places[0].origin != "cache" else f"; ${DATA_ENV} is unset"
+    return f"no local copy of {relative}; looked in {looked}{unset}"
+
+
+def prepare_hint(spec: "TaskSpec") -> str:
+    """The way forward when no data is found: the ``selfevo prepare data`` commands (the hub one where the entry
+    has a hub source)."""
+    hub = (f", or `selfevo prepare data {spec.name}` where the Hugging Face hub is reachable" if spec.hub is not None
+           else "")
+    return (f"get it with `selfevo prepare data {spec.name} --from DIR` (DIR: a copy of the benchmark data folder)"
+            f"{hub}, or set ${DATA_ENV} / pass data_root=")
 
 
 Reader = Callable[[LoadContext], Iterable[dict]]
@@ -100,7 +163,7 @@ Converter = Callable[[dict, int, LoadContext], "Task | None"]
 class TaskSpec:
     """One registry entry.
 
-    ``read_local(ctx)`` yields the rows of ``ctx.split`` from files under ``ctx.root``; ``hub`` names the hub
+    ``read_local(ctx)`` yields the rows of ``ctx.split`` from files found with ``ctx.path(...)``; ``hub`` names the hub
     dataset (``read_hub`` overrides the default hub reader); ``to_task(row, index, ctx)`` maps a row of either
     source to a Task, or None to drop it (a filter option). ``prompt_format`` names an entry of
     :data:`selfevo.tasks.prompts.PROMPT_FORMATS`; ``verifier`` a verifier of :mod:`selfevo.verifiers` (written to
@@ -147,28 +210,37 @@ def get_task_spec(name: str) -> TaskSpec:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Data root
+# Places to look for local files
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def resolve_data_root(data_root: str | None = None) -> str:
-    """``data_root`` if given, else ``$SELFEVO_DATA``, else ``../shared/data`` relative to the working directory."""
+def data_cache() -> Path:
+    """The benchmark-data cache: ``data/`` of selfevo's cache folder (``$SELFEVO_CACHE``, default
+    ``~/.cache/selfevo``), filled by ``selfevo prepare data``."""
+    from selfevo.models import cache_root  # the one cache-root helper (models/ lives beside data/)
+
+    return cache_root() / "data"
+
+
+def data_places(data_root: str | None = None) -> list[Place]:
+    """Where local files are looked for, in order. ``data_root`` given: only it (it must be a folder). Else
+    ``$SELFEVO_DATA`` (must be a folder when set), the cache folder, ``../shared/data`` from the working directory
+    (these two are listed even when absent, so that an error can say where it looked)."""
     if data_root is not None:
         if not os.path.isdir(data_root):
             raise TaskDataError(f"data root {os.path.abspath(data_root)} is not a directory (from data_root=); "
                                 f"pass the folder that holds gsm8k/, math/, ... or set {DATA_ENV}")
-        return os.path.abspath(data_root)
+        return [Place(os.path.abspath(data_root), "data_root=")]
+    places = []
     env = os.environ.get(DATA_ENV)
     if env:
         if not os.path.isdir(env):
             raise TaskDataError(f"data root {os.path.abspath(env)} is not a directory (from ${DATA_ENV}); "
                                 f"set {DATA_ENV} to the folder that holds gsm8k/, math/, ... or pass data_root=")
-        return os.path.abspath(env)
-    guess = os.path.abspath(DEFAULT_RELATIVE_ROOT)
-    if os.path.isdir(guess):
-        return guess
-    raise TaskDataError(f"no benchmark data found: ${DATA_ENV} is unset and {guess} (../shared/data relative to "
-                        f"the working directory) does not exist; set {DATA_ENV}=/path/to/data or pass data_root=")
+        places.append(Place(os.path.abspath(env), f"${DATA_ENV}"))
+    places.append(Place(str(data_cache()), "cache"))
+    places.append(Place(os.path.abspath(DEFAULT_RELATIVE_ROOT), "../shared/data"))
+    return places
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -239,31 +311,58 @@ def _first_line(exc: BaseException) -> str:
 
 
 def hub_rows(ctx: LoadContext) -> list[dict]:
-    """Rows of ``ctx.split`` from the entry's hub dataset via ``datasets.load_dataset`` (one-line error if not)."""
+    """Rows of ``ctx.split`` from the entry's hub dataset: per hub split, the copy ``selfevo prepare data`` stored
+    in the cache (:func:`hub_cache_file`) if there is one, else ``datasets.load_dataset`` with a one-line notice
+    (one-line :class:`HubUnavailableError` if that fails)."""
     spec = ctx.spec
     if spec.hub is None:
         raise HubUnavailableError(f"{spec.name} has no Hugging Face hub source"
                                   + (f" ({spec.hub_note})" if spec.hub_note else "") + "; use source='local'")
+    rows: list[dict] = []
+    for hub_split in spec.hub.hub_splits(ctx.split):
+        cached = hub_cache_file(spec.hub, hub_split)
+        if cached.exists():
+            log.info("%s: hub rows of %s split %r from %s", spec.name, spec.hub.describe(), hub_split, cached)
+            rows.extend(read_jsonl(str(cached)))
+            continue
+        log.warning("%s: %sloading %s split %r from the Hugging Face hub (`selfevo prepare data %s` keeps a copy)",
+                    spec.name, ctx.cache.get("hub_reason", ""), spec.hub.describe(), hub_split, spec.name)
+        rows.extend(download_hub_split(spec, hub_split))
+    return rows
+
+
+def download_hub_split(spec: "TaskSpec", hub_split: str) -> list[dict]:
+    """The rows of one hub split through ``datasets.load_dataset`` (one-line HubUnavailableError if not)."""
+    assert spec.hub is not None
     try:
         import datasets  # the Hugging Face library, imported only for the hub path
     except ImportError as exc:
-        raise HubUnavailableError(f"{spec.name}: source='hub' needs the 'datasets' package "
-                                  f"({type(exc).__name__}: {_first_line(exc)}); pip install datasets or use "
-                                  f"source='local'") from None
-    rows: list[dict] = []
-    for hub_split in spec.hub.hub_splits(ctx.split):
-        try:
-            if spec.hub.config is None:
-                dataset = datasets.load_dataset(spec.hub.id, split=hub_split)
-            else:
-                dataset = datasets.load_dataset(spec.hub.id, spec.hub.config, split=hub_split)
-            rows.extend(dict(row) for row in dataset)
-        except Exception as exc:  # noqa: BLE001 - network, auth, missing split: all become one line
-            raise HubUnavailableError(
-                f"{spec.name}: cannot load {spec.hub.describe()} split {hub_split!r} from the Hugging Face hub: "
-                f"{type(exc).__name__}: {_first_line(exc)}; use source='local' (data root: ${DATA_ENV} or "
-                f"data_root=)") from None
-    return rows
+        core = f"{spec.name}: the hub path needs the 'datasets' package ({type(exc).__name__}: {_first_line(exc)})"
+        raise HubUnavailableError(f"{core}; pip install datasets, or `selfevo prepare data {spec.name} --from DIR` "
+                                  f"(DIR: a copy of the benchmark data folder)", core) from None
+    try:
+        if spec.hub.config is None:
+            dataset = datasets.load_dataset(spec.hub.id, split=hub_split)
+        else:
+            dataset = datasets.load_dataset(spec.hub.id, spec.hub.config, split=hub_split)
+        return [dict(row) for row in dataset]
+    except Exception as exc:  # noqa: BLE001 - network, auth, missing split: all become one line
+        core = (f"{spec.name}: cannot load {spec.hub.describe()} split {hub_split!r} from the Hugging Face hub: "
+                f"{type(exc).__name__}: {_first_line(exc)}")
+        raise HubUnavailableError(f"{core}; without the hub: `selfevo prepare data {spec.name} --from DIR` (DIR: a "
+                                  f"copy of the benchmark data folder) or source='local' with ${DATA_ENV} / "
+                                  f"data_root=", core) from None
+
+
+def hub_cache_file(hub: HubSource, hub_split: str) -> Path:
+    """Where ``selfevo prepare data`` keeps one hub split's rows (JSON lines): ``data/hub/ID/CONFIG/SPLIT.jsonl``
+    under the cache (``_`` for no config)."""
+    return data_cache() / "hub" / _safe_name(hub.id) / _safe_name(hub.config or "_") / f"{_safe_name(hub_split)}.jsonl"
+
+
+def _safe_name(text: str) -> str:
+    """A hub id, config or split as one folder name (``openai/gsm8k`` -> ``openai__gsm8k``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "__", text).strip("_") or "_"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -275,12 +374,24 @@ def load_tasks(name: str, split: str | None = None, data_root: str | None = None
                source: str = "local", **options: Any) -> list[Task]:
     """The tasks of benchmark ``name`` (see ``task_names()``), split ``split`` (default: the entry's).
 
-    ``source="local"`` reads the files under the data root (``data_root``, else ``$SELFEVO_DATA``, else
-    ``../shared/data`` relative to the working directory); ``source="hub"`` calls ``datasets.load_dataset`` on
-    the entry's hub id. ``limit`` keeps the first ``limit`` tasks (after any filter option). ``options`` are the
-    entry's own keyword options (e.g. ``levels=[4, 5]`` for ``math``, ``path=`` for ``gpqa_diamond``).
-    Every task gets ``meta`` keys ``benchmark``, ``split``, ``source``, ``verifier`` and ``prompt_format``.
+    ``source="local"`` reads the entry's files from the first place that has each (``data_root=`` alone when
+    given; else ``$SELFEVO_DATA``, the cache ``$SELFEVO_CACHE/data``, ``../shared/data``: see the module doc); when
+    none has them (and no ``data_root=`` was given), or the entry has no local copy, it goes to the hub with a
+    one-line notice. ``source="hub"`` reads hub rows only (the copy ``selfevo prepare data`` stored, else
+    ``datasets.load_dataset`` on the entry's hub id). ``limit`` keeps the first ``limit`` tasks (after any filter
+    option). ``options`` are the entry's own keyword options (e.g. ``levels=[4, 5]`` for ``math``, ``path=`` for
+    ``gpqa_diamond``). Every task gets ``meta`` keys ``benchmark``, ``split``, ``source`` (where its rows came
+    from: local or hub), ``verifier`` and ``prompt_format``.
     """
+    ctx = load_context(name, split, data_root, source, options)
+    if limit is not None and limit < 0:
+        raise TaskDataError(f"limit must be >= 0, got {limit}")
+    return tasks_from_rows(ctx, read_rows(ctx), limit)
+
+
+def load_context(name: str, split: str | None, data_root: str | None, source: str,
+                 options: Mapping[str, Any]) -> LoadContext:
+    """A checked :class:`LoadContext` (known entry, split, source and options; one-line errors otherwise)."""
     spec = get_task_spec(name)
     split = spec.default_split if split is None else split
     if split not in spec.splits:
@@ -291,17 +402,39 @@ def load_tasks(name: str, split: str | None = None, data_root: str | None = None
     if unknown:
         known = ", ".join(f"{k}={v!r}" for k, v in spec.options.items()) or "none"
         raise TaskDataError(f"{name} takes no option(s) {', '.join(unknown)}; its options: {known}")
-    if limit is not None and limit < 0:
-        raise TaskDataError(f"limit must be >= 0, got {limit}")
-    ctx = LoadContext(spec=spec, split=split, source=source, options={**spec.options, **options},
-                      data_root=data_root)
-    if source == "local":
-        if spec.read_local is None:
-            raise TaskDataError(f"{name} has no local copy" + (f" ({spec.local_note})" if spec.local_note else "")
-                                + "; use source='hub'")
-        rows: Iterable[dict] = spec.read_local(ctx)
-    else:
-        rows = (spec.read_hub or hub_rows)(ctx)
+    return LoadContext(spec=spec, split=split, source=source, options={**spec.options, **options},
+                       data_root=data_root)
+
+
+def read_rows(ctx: LoadContext) -> list[dict]:
+    """The rows for ``ctx`` (see :func:`load_tasks` for the order); sets ``ctx.source`` to where they came from."""
+    spec = ctx.spec
+    has_hub = spec.hub is not None or spec.read_hub is not None
+    if ctx.source == "hub":
+        return list((spec.read_hub or hub_rows)(ctx))
+    if spec.read_local is None:
+        if ctx.data_root is not None or not has_hub:  # data_root= means local files from that folder only
+            raise TaskDataError(f"{spec.name} has no local copy" + (f" ({spec.local_note})" if spec.local_note
+                                                                     else "") + "; use source='hub'")
+        ctx.source, ctx.cache["hub_reason"] = "hub", "hub only; "
+        return list((spec.read_hub or hub_rows)(ctx))
+    try:
+        return list(spec.read_local(ctx))
+    except MissingDataError as missing:
+        if ctx.data_root is not None or not has_hub:
+            raise
+        local_miss = missing
+    ctx.source, ctx.cache["hub_reason"] = "hub", "no local copy; "
+    try:
+        return list((spec.read_hub or hub_rows)(ctx))
+    except HubUnavailableError as exc:
+        core = f"{local_miss.core}, and the hub failed ({exc.core})"
+        raise HubUnavailableError(f"{core}; {prepare_hint(spec)}", core) from None
+
+
+def tasks_from_rows(ctx: LoadContext, rows: Iterable[dict], limit: int | None = None) -> list[Task]:
+    """``to_task`` over ``rows`` (first ``limit`` tasks): meta keys, unique ids, broken items left out (logged)."""
+    spec, name, split, source = ctx.spec, ctx.spec.name, ctx.split, ctx.source
     tasks: list[Task] = []
     skipped: list[str] = []
     seen: Counter[str] = Counter()

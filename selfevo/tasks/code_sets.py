@@ -30,6 +30,7 @@ from typing import Any
 
 from selfevo.tasks.base import (HubSource, LoadContext, TaskDataError, TaskSpec, hub_rows, read_json_list, read_jsonl,
                                 register_task)
+from selfevo.models import cache_root
 from selfevo.tasks.prompts import fenced
 from selfevo.types import Task
 from selfevo.verifiers.code import lcb_task
@@ -83,7 +84,8 @@ def _evalplus_path(ctx: LoadContext, row: dict, *local: str) -> str:
 
 
 def _evalplus_hub_reader(ctx: LoadContext) -> list[dict]:
-    """Hub rows; rows in EvalPlus's own format (with ``plus_input``) are also written to a local ``.jsonl.gz``,
+    """Hub rows; rows in EvalPlus's own format (with ``plus_input``) are also written to a ``.jsonl.gz`` in
+    ``evalplus/`` of the cache folder (``$SELFEVO_CACHE``),
     since the verifier reads EvalPlus data from a file. (The hub copies evalplus/humanevalplus and
     evalplus/mbppplus instead embed the inputs and expected outputs in a ``test`` string: see
     :func:`_evalplus_test_fallback`.)"""
@@ -91,7 +93,7 @@ def _evalplus_hub_reader(ctx: LoadContext) -> list[dict]:
     if not rows or not all("plus_input" in r for r in rows):
         return rows
     payload = "".join(json.dumps(r, default=str) + "\n" for r in rows).encode()
-    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "selfevo", "evalplus")
+    cache = str(cache_root() / "evalplus")
     os.makedirs(cache, exist_ok=True)
     path = os.path.join(cache, f"{ctx.spec.name}-{hashlib.sha256(payload).hexdigest()[:16]}.jsonl.gz")
     if not os.path.exists(path):

@@ -2,8 +2,8 @@
 
 Each item is ``{query, gt, tag, source}``; ``query`` already carries the answer-format instruction, so these use the
 ``raw`` prompt format. ``gt`` is the answer (math, MMLU letter, SciBench number) or the tests (HumanEval:
-``{test, entry_point}``; MBPP: a list of asserts). Where the full benchmark file is under the same data root, the
-items are matched to it to recover what MASLab dropped: HumanEval's prompt (``meta["prompt"]``, so the prompt's
+``{test, entry_point}``; MBPP: a list of asserts). Where the full benchmark file is found too (in the same order of
+places as every local file), the items are matched to it to recover what MASLab dropped: HumanEval's prompt (``meta["prompt"]``, so the prompt's
 imports are available to the candidate) and task id, MBPP's task id and ``test_setup_code``, SciBench's unit.
 """
 from __future__ import annotations
@@ -26,23 +26,23 @@ def _text(value: Any, what: str) -> str:
     return text
 
 
-def _index(ctx: LoadContext, key: str, build: Callable[[str], dict]) -> dict:
+def _index(ctx: LoadContext, key: str, build: Callable[[LoadContext], dict]) -> dict:
     """A lookup table built from another local file, cached on the context (empty when the file is absent)."""
     if key not in ctx.cache:
-        ctx.cache[key] = build(ctx.root)
+        ctx.cache[key] = build(ctx)
     return ctx.cache[key]
 
 
-def _humaneval_lookup(root: str) -> dict:
-    path = os.path.join(root, "humaneval", "HumanEval.jsonl.gz")
-    if not os.path.exists(path):
+def _humaneval_lookup(ctx: LoadContext) -> dict:
+    path = ctx.find("humaneval", "HumanEval.jsonl.gz")
+    if path is None:
         return {}
     return {(r["entry_point"], r["test"]): r for r in read_jsonl(path)}
 
 
-def _mbpp_lookup(root: str) -> dict:
-    path = os.path.join(root, "mbpp", "mbpp.jsonl")
-    if not os.path.exists(path):
+def _mbpp_lookup(ctx: LoadContext) -> dict:
+    path = ctx.find("mbpp", "mbpp.jsonl")
+    if path is None:
         return {}
     table: dict = {}
     for row in read_jsonl(path):  # two MBPP tasks (199, 388) share a test list: keep both, pick by text
@@ -50,9 +50,10 @@ def _mbpp_lookup(root: str) -> dict:
     return table
 
 
-def _scibench_lookup(root: str) -> dict:
+def _scibench_lookup(ctx: LoadContext) -> dict:
+    folder = ctx.find("scibench")
     rows = []
-    for path in sorted(glob.glob(os.path.join(root, "scibench", "*.json"))):
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))) if folder else []:
         rows.extend(read_json_list(path))
     return {str(r["problem_text"]).strip(): r for r in rows if str(r.get("problem_text", "")).strip()}
 

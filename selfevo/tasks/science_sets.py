@@ -9,8 +9,8 @@ import random
 import re
 from typing import Any
 
-from selfevo.tasks.base import (HubSource, LoadContext, TaskDataError, TaskSpec, read_json_list, read_jsonl,
-                                register_task)
+from selfevo.tasks.base import (HubSource, LoadContext, MissingDataError, TaskDataError, TaskSpec, read_json_list,
+                                read_jsonl, register_task)
 from selfevo.tasks.prompts import LETTERS, lettered_options
 from selfevo.types import Task
 from selfevo.verifiers.numeric import clean_latex, parse_number
@@ -53,11 +53,11 @@ GPQA_COLUMNS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect A
 def _gpqa_local(ctx: LoadContext) -> list[dict]:
     path = ctx.options.get("path")
     if path is None:
-        fallback = os.path.join(ctx.root, "gpqa", "gpqa_diamond.csv")
-        if not os.path.exists(fallback):
-            raise TaskDataError(f"gpqa_diamond is not shipped (its authors ask that it stay off the open web): pass "
-                                f"path= to the official gpqa_diamond.csv (or put it at {fallback})")
-        path = fallback
+        path = ctx.find("gpqa", "gpqa_diamond.csv")
+        if path is None:
+            where = os.path.join(ctx.places[0].path, "gpqa", "gpqa_diamond.csv")
+            raise MissingDataError(f"gpqa_diamond is not shipped (its authors ask that it stay off the open web): "
+                                   f"pass path= to the official gpqa_diamond.csv (or put it at {where})")
     if not os.path.exists(path):
         raise TaskDataError(f"gpqa_diamond: CSV file not found: {path}")
     try:
