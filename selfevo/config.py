@@ -107,6 +107,11 @@ class EngineCfg:
                                  "load)", gt=0)
     server_args: str = opt("", "vllm_server without url: extra flags for the servers it starts, e.g. "
                            "'--tensor-parallel-size 2'")
+    launcher: str = opt("", "vllm_server without url: the command that starts a server, before the flags selfevo "
+                        "adds (--model, --port, ...); empty = python -m vllm.entrypoints.openai.api_server")
+    restarts: int = opt(2, "vllm_server without url: how often in a run a started server that died is started "
+                        "again (its lost requests are sent again, the step goes on); 0 = a dead server stops the run "
+                        "with a one-line error, and resume=true continues", ge=0)
 
 
 @dataclass

@@ -5,14 +5,18 @@ It serves the endpoints the engine uses (``/health``, ``/v1/models``, ``/v1/load
 using an unknown name → 404), records every call, and answers completions with deterministic tokens and log-probs
 (:func:`fake_tokens`, a function of seed, model name and prompt ids). In a thread: ``FakeVLLM().start()``; as a
 process (what the engine starts in place of the real server): ``python fake_vllm_server.py --port P
---served-model-name NAME [--crash-at-start] [--slow-start S] [--spawn-child]``; other vLLM flags are accepted
-and ignored.
+--served-model-name NAME [--crash-at-start] [--slow-start S] [--spawn-child] [--sigkill-at N --sigkill-once FILE]``;
+other vLLM flags are accepted and ignored. ``--sigkill-at N`` makes the process ``SIGKILL`` itself when its N-th
+completion request arrives (a real ``kill -9`` mid-step), once: only if ``FILE`` does not exist yet, which it
+creates first with its pid, so the server started again in its place serves on.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -40,6 +44,8 @@ class FakeVLLM:
         self.gate = threading.Event()  # completions wait for it (set = open)
         self.gate.set()
         self.fail_after: int | None = None  # after this many completions, drop connections without an answer
+        self.sigkill_at: int | None = None  # at this completion, SIGKILL this process (see main)
+        self.sigkill_once: Path | None = None
         self.lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.httpd.daemon_threads = True
@@ -126,6 +132,9 @@ class FakeVLLM:
                     fake.calls.append(("complete", model))
                     fake.completions.append(body)
                     count = len(fake.completions)
+                if count == fake.sigkill_at and fake.sigkill_once and not fake.sigkill_once.exists():
+                    fake.sigkill_once.write_text(str(os.getpid()))
+                    os.kill(os.getpid(), signal.SIGKILL)
                 if fake.fail_after is not None and count > fake.fail_after:
                     self.close_connection = True  # a crash: the connection drops without an answer
                     return
@@ -157,6 +166,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--crash-at-start", action="store_true")
     parser.add_argument("--slow-start", type=float, default=0.0)
     parser.add_argument("--spawn-child", action="store_true", help="start a worker process, as vLLM does")
+    parser.add_argument("--sigkill-at", type=int, default=None)
+    parser.add_argument("--sigkill-once", type=Path, default=None)
     args, _ = parser.parse_known_args(argv)
     print(f"fake vLLM server: {args.served_model_name} on port {args.port}", flush=True)
     if args.spawn_child:
@@ -168,7 +179,9 @@ def main(argv: list[str] | None = None) -> None:
         print("RuntimeError: Unsupported CPU attention configuration", flush=True)
         sys.exit(3)
     time.sleep(args.slow_start)
-    FakeVLLM(args.served_model_name, args.port).httpd.serve_forever()
+    fake = FakeVLLM(args.served_model_name, args.port)
+    fake.sigkill_at, fake.sigkill_once = args.sigkill_at, args.sigkill_once
+    fake.httpd.serve_forever()
 
 
 if __name__ == "__main__":

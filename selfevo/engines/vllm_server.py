@@ -51,6 +51,7 @@ import urllib.request
 from collections import Counter
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
@@ -78,6 +79,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclass(eq=False)
+class _Job:
+    """One request's way to a server: its index in the call, the server, the model name (and adapter folder)."""
+    index: int
+    server: "_Server"
+    name: str
+    path: Path | None
+    prompt: list[int]
+
+
 class _HTTPStatus(Exception):
     def __init__(self, code: int, message: str):
         super().__init__(f"HTTP {code}: {message}")
@@ -92,6 +103,7 @@ class _Server:
     proc: subprocess.Popen | None = None  # set when selfevo started it
     log: Path | None = None
     loaded: set[str] = field(default_factory=set)
+    previous_pids: list[int] = field(default_factory=list)  # processes it had before restarts (all stopped)
 
     def describe(self) -> str:
         return f"vLLM server {self.url}" + (f" ({self.backbone})" if self.backbone else "")
@@ -104,7 +116,9 @@ class _Server:
         if self.log is not None and self.log.exists():
             lines = [x for x in self.log.read_text(errors="replace").splitlines() if x.strip()]
             last = f": {_line(lines[-1], 200)}" if lines else ""
-        return f"{self.describe()} exited{when} with code {self.proc.returncode}{last} (log: {self.log})"
+        code = self.proc.returncode
+        how = f"was killed{when} by {_signal_name(-code)}" if code < 0 else f"exited{when} with code {code}"
+        return f"{self.describe()} {how}{last} (log: {self.log})"
 
     def call(self, method: str, path: str, body: dict | None, timeout: float) -> bytes:
         """One HTTP exchange; a non-2xx answer is :class:`_HTTPStatus`, anything else that fails is EngineError."""
@@ -152,6 +166,13 @@ class _Server:
                     pass
             break
         _wait_group_gone(proc.pid)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _wait_group_gone(pgid: int, timeout: float = 5.0) -> None:
@@ -231,12 +252,14 @@ class VLLMServerEngine:
     def __init__(self, store, url: str = "", workdir: str | None = None, dtype: str = "bfloat16", max_loras: int = 8,
                  max_lora_rank: int = 16, max_model_len: int = 4096, replicas: int = 1,
                  startup_timeout: float = 600.0, request_timeout: float = 600.0, server_args: str = "",
-                 seed: int = 0, max_inflight: int = 64, launcher: Sequence[str] = API_SERVER):
+                 seed: int = 0, max_inflight: int = 64, launcher: str | Sequence[str] = API_SERVER,
+                 restarts: int = 2):
         self.store = store
         self.own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="selfevo-vllm-server-")).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.request_timeout, self.max_inflight = request_timeout, max_inflight
+        self.startup_timeout, self.restarts, self.restarted = startup_timeout, restarts, 0
         self.served: dict[str, tuple[int, str, Path]] = {}  # agent -> (store version, adapter name, folder)
         self.retired: dict[str, tuple[str, Path]] = {}  # name -> (backbone, folder): old versions to unload
         self.zero: dict[str, Path] = {}  # backbone -> all-zero adapter folder
@@ -247,12 +270,13 @@ class VLLMServerEngine:
         # servers the user started outlive runs: names get a per-engine tag so a new run never meets its old names
         self.tag = f"-{secrets.token_hex(3)}" if urls else ""
         self.servers: dict[str, list[_Server]] = {}
+        self.own_servers = not urls
         if urls:
             self._attach(urls)
         else:
             settings = dict(dtype=dtype, max_loras=max_loras, max_lora_rank=max_lora_rank,
                             max_model_len=max_model_len, seed=seed)
-            self._start(replicas, startup_timeout, settings, server_args, list(launcher))
+            self._start(replicas, settings, server_args, launcher)
 
     def __enter__(self) -> "VLLMServerEngine":
         return self
@@ -303,48 +327,100 @@ class VLLMServerEngine:
         raise EngineError(f"vLLM server {url} serves '{base.get('id')}', which is none of the backbones "
                           f"({', '.join(backbones)}); start it with --served-model-name BACKBONE")
 
-    def _start(self, replicas: int, timeout: float, settings: dict, server_args: str, launcher: list[str]) -> None:
+    def _start(self, replicas: int, settings: dict, server_args: str, launcher: str | Sequence[str]) -> None:
         """Start ``replicas`` servers per backbone (all at once), then wait until every one is healthy."""
-        from selfevo import models
-
-        if launcher == list(API_SERVER):
+        if isinstance(launcher, str):
+            try:
+                launcher = shlex.split(launcher) if launcher.strip() else API_SERVER
+            except ValueError as exc:
+                raise EngineError(f"engine.launcher: {exc}") from None
+        if list(launcher) == list(API_SERVER):
             from selfevo.engines.vllm import cpu_defaults, require_vllm
 
             require_vllm()
             cpu_defaults()
-        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
-        eager = [] if _has_cuda() else ["--enforce-eager"]  # on CPU compiling costs a minute a start, gains nothing
         try:
             extra = shlex.split(server_args)
         except ValueError as exc:
             raise EngineError(f"engine.server_args: {exc}") from None
+        eager = [] if _has_cuda() else ["--enforce-eager"]  # on CPU compiling costs a minute a start, gains nothing
+        self._launch = {"launcher": list(launcher), "settings": settings, "extra": [*eager, *extra],
+                        "env": {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}}
         try:
             for backbone in self.store.backbones:
-                folder = str(models.resolve(backbone))
                 for i in range(replicas):
-                    port = free_port()
-                    log = self.workdir / f"server-{_slug(backbone)}-{i}.log"
-                    cmd = [*launcher, "--model", folder, "--served-model-name", backbone, "--host", "127.0.0.1",
-                           "--port", str(port), "--enable-lora", "--max-loras", str(settings["max_loras"]),
-                           "--max-lora-rank", str(settings["max_lora_rank"]),
-                           "--max-cpu-loras", str(2 * settings["max_loras"]), "--dtype", settings["dtype"],
-                           "--max-model-len", str(settings["max_model_len"]), "--seed", str(settings["seed"]),
-                           *eager, "--disable-log-stats", "--disable-uvicorn-access-log", *extra]
-                    with log.open("w") as out:
-                        out.write("$ " + shlex.join(cmd) + "\n")
-                        out.flush()
-                        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                env=env, start_new_session=True, preexec_fn=_die_with_parent())
-                    server = _Server(f"http://127.0.0.1:{port}", backbone, backbone, proc, log)
-                    _LIVE[id(server)] = server
+                    server = _Server("", backbone, backbone, log=self.workdir / f"server-{_slug(backbone)}-{i}.log")
                     self.servers.setdefault(backbone, []).append(server)
+                    self._spawn(server)
             self._write_servers()
-            deadline = time.monotonic() + timeout
+            deadline = time.monotonic() + self.startup_timeout
             for server in self._all():
-                self._wait_healthy(server, deadline, timeout)
+                self._wait_healthy(server, deadline, self.startup_timeout)
         except BaseException:
             self._stop_servers()
             raise
+
+    def _command(self, backbone: str, port: int) -> list[str]:
+        from selfevo import models
+
+        s = self._launch["settings"]
+        return [*self._launch["launcher"], "--model", str(models.resolve(backbone)), "--served-model-name", backbone,
+                "--host", "127.0.0.1", "--port", str(port), "--enable-lora", "--max-loras", str(s["max_loras"]),
+                "--max-lora-rank", str(s["max_lora_rank"]), "--max-cpu-loras", str(2 * s["max_loras"]),
+                "--dtype", s["dtype"], "--max-model-len", str(s["max_model_len"]), "--seed", str(s["seed"]),
+                "--disable-log-stats", "--disable-uvicorn-access-log", *self._launch["extra"]]
+
+    def _spawn(self, server: _Server, restart: bool = False) -> None:
+        """Start ``server``'s process in its own process group on a free loopback port, its output into its log
+        (appended to on a restart); it has no adapter loaded yet."""
+        port = free_port()
+        cmd = self._command(server.backbone, port)
+        with server.log.open("a" if restart else "w") as out:
+            out.write("$ " + shlex.join(cmd) + "\n")
+            out.flush()
+            server.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           env=self._launch["env"], start_new_session=True,
+                                           preexec_fn=_die_with_parent())
+        server.url = f"http://127.0.0.1:{port}"
+        server.loaded.clear()
+        _LIVE[id(server)] = server
+
+    def _died(self, server: _Server) -> bool:
+        """Whether ``server`` is one selfevo started and its process has exited (a process just killed gets a
+        moment to be reaped)."""
+        if server.proc is None:
+            return False
+        try:
+            server.proc.wait(5.0)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def _restart(self, server: _Server) -> None:
+        """Start a dead server again (the rest of its process group stopped first; adapters load again on use), one
+        line on stderr saying so; an :class:`EngineError` once ``engine.restarts`` are used up."""
+        why, pid = server.exited(), server.proc.pid
+        server.stop(grace=5.0)  # reaps it and kills what is left of its group (vLLM's engine workers)
+        server.previous_pids.append(pid)
+        if self.restarted >= self.restarts:
+            raise EngineError(f"{why}; not restarted (engine.restarts={self.restarts} used up)")
+        self.restarted += 1
+        print(f"selfevo: {why}; starting it again (restart {self.restarted} of engine.restarts={self.restarts}), "
+              f"its lost requests will be sent again", file=sys.stderr, flush=True)
+        self._spawn(server, restart=True)
+        self._write_servers()
+        self._wait_healthy(server, time.monotonic() + self.startup_timeout, self.startup_timeout)
+
+    def _on(self, server: _Server, exchange):
+        """``exchange()`` with ``server``; if it fails because ``server`` (one selfevo started) died, the server is
+        started again and ``exchange()`` runs once more."""
+        try:
+            return exchange()
+        except EngineError:
+            if not self._died(server):
+                raise
+        self._restart(server)
+        return exchange()
 
     def _wait_healthy(self, server: _Server, deadline: float, timeout: float) -> None:
         while True:
@@ -363,7 +439,7 @@ class VLLMServerEngine:
 
     def _write_servers(self) -> None:
         rows = [{"backbone": s.backbone, "url": s.url, "pid": s.proc.pid if s.proc else None,
-                 "log": str(s.log) if s.log else None} for s in self._all()]
+                 "previous_pids": s.previous_pids, "log": str(s.log) if s.log else None} for s in self._all()]
         (self.workdir / "servers.json").write_text(json.dumps(rows, indent=1) + "\n")
 
     def _all(self) -> list[_Server]:
@@ -394,16 +470,19 @@ class VLLMServerEngine:
                 if self.inflight[name]:
                     continue
             for server in self.servers.get(backbone, []):
-                if name in server.loaded:
-                    try:
-                        server.call("POST", "/v1/unload_lora_adapter", {"lora_name": name}, self.request_timeout)
-                    except _HTTPStatus as exc:
-                        if exc.code != 404:  # already gone is fine
-                            raise EngineError(f"{server.describe()} refused to unload adapter '{name}' "
-                                              f"({exc})") from None
-                    server.loaded.discard(name)
+                self._on(server, partial(self._unload, server, name))
             shutil.rmtree(path, ignore_errors=True)
             del self.retired[name]
+
+    def _unload(self, server: _Server, name: str) -> None:
+        if name not in server.loaded:
+            return
+        try:
+            server.call("POST", "/v1/unload_lora_adapter", {"lora_name": name}, self.request_timeout)
+        except _HTTPStatus as exc:
+            if exc.code != 404:  # already gone is fine
+                raise EngineError(f"{server.describe()} refused to unload adapter '{name}' ({exc})") from None
+        server.loaded.discard(name)
 
     def _zero_adapter(self, backbone: str) -> tuple[str, Path]:
         """An all-zero adapter shaped like the backbone's first agent: the bare model, served as a LoRA."""
@@ -427,7 +506,24 @@ class VLLMServerEngine:
 
     # ---- generation -------------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
-        jobs = []  # (index, server, model name, prompt ids)
+        """One completion per request. Requests lost because a server selfevo started died are sent again once it
+        is started again (``engine.restarts``); any other failure is one :class:`EngineError` line."""
+        out: list[Completion | None] = [None] * len(requests)
+        jobs = self._plan(requests)
+        while jobs:
+            jobs = self._send(jobs, requests, out)  # those lost to a dead server
+            for server in dict.fromkeys(job.server for job in jobs):
+                self._restart(server)
+            for job in jobs:
+                if job.path is not None:
+                    self._on(job.server, partial(self._ensure_loaded, job.server, job.name, job.path))
+        self._unload_retired()
+        return out  # type: ignore[return-value]
+
+    def _plan(self, requests: Sequence[Request]) -> list[_Job]:
+        """Which server and model name answers each request (round robin over a backbone's replicas); every
+        adapter needed is written and loaded on its server first."""
+        jobs = []
         groups: dict[str, list[int]] = {}
         for i, r in enumerate(requests):
             groups.setdefault(self.store.backbone_for(r), []).append(i)
@@ -450,26 +546,37 @@ class VLLMServerEngine:
                 else:
                     name, path = server.base_name, None
                 if path is not None:
-                    self._ensure_loaded(server, name, path)
-                jobs.append((i, server, name, render_prompt(tok, r.messages, r.prefix)))
-        out: list[Completion | None] = [None] * len(requests)
-        if jobs:
-            with self._lock:
-                self.inflight.update(name for _, _, name, _ in jobs)
-            pool = ThreadPoolExecutor(max_workers=min(len(jobs), self.max_inflight * len(self._all())))
-            futures = [pool.submit(self._complete, server, name, requests[i], prompt)
-                       for i, server, name, prompt in jobs]
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = next((f for f in futures if f in done and f.exception() is not None), None)
-            pool.shutdown(wait=failed is None, cancel_futures=True)
-            with self._lock:  # requests that never started use nothing
-                self.inflight.subtract(name for (_, _, name, _), f in zip(jobs, futures) if f.cancelled())
-            if failed is not None:
-                raise failed.exception()
-            for (i, *_), fut in zip(jobs, futures):
-                out[i] = fut.result()
-        self._unload_retired()
-        return out  # type: ignore[return-value]
+                    self._on(server, partial(self._ensure_loaded, server, name, path))
+                jobs.append(_Job(i, server, name, path, render_prompt(tok, r.messages, r.prefix)))
+        return jobs
+
+    def _send(self, jobs: list[_Job], requests: Sequence[Request], out: list) -> list[_Job]:
+        """Send ``jobs`` concurrently, each answer into ``out``. The first failure is raised at once, unless its
+        server is one selfevo started that died: then the other requests finish, and the jobs that failed because
+        their server died are returned (to be sent again)."""
+        with self._lock:
+            self.inflight.update(job.name for job in jobs)
+        pool = ThreadPoolExecutor(max_workers=min(len(jobs), self.max_inflight * len(self._all())))
+        futures = [pool.submit(self._complete, job.server, job.name, requests[job.index], job.prompt)
+                   for job in jobs]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        first = next((job for job, f in zip(jobs, futures) if f in done and f.exception() is not None), None)
+        fatal = first is not None and not self._died(first.server)
+        pool.shutdown(wait=not fatal, cancel_futures=fatal)
+        with self._lock:  # requests that never started use nothing
+            self.inflight.subtract(job.name for job, f in zip(jobs, futures) if f.cancelled())
+        if fatal:
+            raise futures[jobs.index(first)].exception()
+        lost = []
+        for job, f in zip(jobs, futures):
+            exc = f.exception()
+            if exc is None:
+                out[job.index] = f.result()
+            elif isinstance(exc, EngineError) and self._died(job.server):
+                lost.append(job)
+            else:
+                raise exc
+        return lost
 
     def _complete(self, server: _Server, name: str, r: Request, prompt: list[int]) -> Completion:
         try:
@@ -504,7 +611,7 @@ class VLLMServerEngine:
 
     def close(self) -> None:
         """Stop the servers selfevo started; on servers the user started, unload this engine's adapters."""
-        if any(s.proc is not None for s in self._all()):
+        if self.own_servers:
             self._stop_servers()
         else:
             names = [n for _, n, _ in self.served.values()] + list(self.retired) + [f"{BASE_ADAPTER}{self.tag}"]

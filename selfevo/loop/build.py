@@ -45,7 +45,8 @@ def engine(cfg: DictConfig, store: PolicyStore, dtype: str, workdir: str | None 
         return make_engine("vllm_server", store, url=cfg.url, dtype=dtype, max_loras=cfg.max_loras,
                            max_model_len=cfg.max_model_len, max_lora_rank=_vllm_rank(store), replicas=cfg.replicas,
                            startup_timeout=cfg.startup_timeout, request_timeout=cfg.request_timeout,
-                           server_args=cfg.server_args, workdir=workdir)
+                           server_args=cfg.server_args, launcher=cfg.launcher,
+                           restarts=cfg.restarts, workdir=workdir)
     return make_engine(cfg.name, store, dtype=dtype, max_loras=cfg.max_loras, max_model_len=cfg.max_model_len,
                        max_lora_rank=_vllm_rank(store), workdir=workdir)
 

@@ -33,23 +33,33 @@ def set_rng_states(states: dict) -> None:
 def save(run_dir: str | Path, store: PolicyStore, step: int, state: dict | None = None,
          files: dict[str, str] | None = None) -> Path:
     """Write the checkpoint of ``step``: adapters, optimizers, RNG states, ``state`` (JSON) and any recipe
-    ``files`` (name → text, e.g. a question pool) — all in one directory renamed into place at once."""
+    ``files`` (name → text, e.g. a question pool) — all in one directory renamed into place at once. A write that
+    fails (``OSError``: a full disk) removes the partial directory and is raised; the previous checkpoint stays."""
     run = Path(run_dir)
     tmp, final = run / "checkpoint.tmp", run / "checkpoint"
     shutil.rmtree(tmp, ignore_errors=True)
-    for agent in store.agents():
-        store.save_adapter(agent, tmp / "adapters" / agent)
-    optim = {a: o.state_dict() for a, o in store.optimizers.items()}
-    torch.save({"optim": optim, "rng": rng_states(), "versions": store.versions}, tmp / "trainer.pt")
-    for name, text in (files or {}).items():
-        (tmp / name).write_text(text)
-    (tmp / "state.json").write_text(json.dumps({"step": step, **(state or {})}))
+    try:
+        _write(tmp, store, step, state, files)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # give the space back; checkpoint/ was not touched
+        raise
     old = run / "checkpoint.old"
     if final.exists():
+        shutil.rmtree(old, ignore_errors=True)  # left by a save stopped before its last line; final is complete
         final.rename(old)
     tmp.rename(final)
     shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _write(folder: Path, store: PolicyStore, step: int, state: dict | None, files: dict[str, str] | None) -> None:
+    for agent in store.agents():
+        store.save_adapter(agent, folder / "adapters" / agent)
+    optim = {a: o.state_dict() for a, o in store.optimizers.items()}
+    torch.save({"optim": optim, "rng": rng_states(), "versions": store.versions}, folder / "trainer.pt")
+    for name, text in (files or {}).items():
+        (folder / name).write_text(text)
+    (folder / "state.json").write_text(json.dumps({"step": step, **(state or {})}))
 
 
 def atomic_write_text(path: Path, text: str) -> None:

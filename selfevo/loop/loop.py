@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from selfevo import distributed
 from selfevo.config import save_config
+from selfevo.engines.base import EngineError
 from selfevo.interaction import Episode, Runner, Turn
 from selfevo.loop import build, checkpoint
 from selfevo.loop.data import load_entries, task_batch
@@ -175,13 +176,20 @@ class Loop:
                  files: dict[str, str] | None = None) -> None:
         """Log the step, evaluate if due, checkpoint (with the recipe's ``state`` and ``files``, which also get an
         atomically written copy in the run directory), export adapters if due. ``step_s`` is logged: the step's
-        wall time up to here (rollout, reward, update; no eval, no checkpoint)."""
+        wall time up to here (rollout, reward, update; no eval, no checkpoint). ``sandbox_fs`` is logged when
+        code was verified since the last step: jobs per sandbox filesystem mode (``minimal-root``,
+        ``read-only-host``, ``none``; :func:`selfevo.verifiers.sandbox.take_fs_modes`)."""
         metrics = {"step": step, **metrics, "step_s": round(time.perf_counter() - self._step_start, 2)}
         if step == 0 and "eval_start" in self.state:
             metrics["eval_start"] = self.state.pop("eval_start")
         every = self.cfg.eval.every
         if every and ((step + 1) % every == 0 or step == self.cfg.trainer.max_steps - 1):
             metrics["eval"] = self.evaluate()  # every rank: the runner splits the held-out tasks
+        from selfevo.verifiers.sandbox import take_fs_modes
+
+        sandbox_fs = take_fs_modes()  # this process's code-verifier jobs per sandbox filesystem mode
+        if sandbox_fs:
+            metrics["sandbox_fs"] = sandbox_fs
         if self.main:
             self._write_step(step, episodes, metrics, state, files)
         distributed.barrier()  # the step's checkpoint is complete before any rank goes on
@@ -190,18 +198,24 @@ class Loop:
 
     def _write_step(self, step: int, episodes: list[Episode], metrics: dict, state: dict | None,
                     files: dict[str, str] | None) -> None:
-        """Rank 0's part of :meth:`end_step`: the log lines, scalars, checkpoint, recipe files and adapters."""
-        with (self.dir / "metrics.jsonl").open("a") as f:
-            f.write(json.dumps(metrics) + "\n")
-        self.scalars.log(step, metrics)
-        with (self.dir / "episodes.jsonl").open("a") as f:
-            for e in episodes:
-                f.write(json.dumps(e.to_json(step)) + "\n")
-        checkpoint.save(self.dir, self.store, step, {"config": OmegaConf.to_container(self.cfg), **(state or {})},
-                        files)
-        for name, text in (files or {}).items():
-            checkpoint.atomic_write_text(self.dir / name, text)
-        self._export_adapters(step)
+        """Rank 0's part of :meth:`end_step`: the log lines, scalars, recipe files, adapters, and last the
+        checkpoint, which commits the step: a write that fails (a full disk) leaves the previous checkpoint, whose
+        resume redoes this step (its log lines are dropped then), and is one :class:`CheckpointError` line."""
+        try:
+            with (self.dir / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps(metrics) + "\n")
+            self.scalars.log(step, metrics)
+            with (self.dir / "episodes.jsonl").open("a") as f:
+                for e in episodes:
+                    f.write(json.dumps(e.to_json(step)) + "\n")
+            for name, text in (files or {}).items():
+                checkpoint.atomic_write_text(self.dir / name, text)
+            self._export_adapters(step)
+            checkpoint.save(self.dir, self.store, step,
+                            {"config": OmegaConf.to_container(self.cfg), **(state or {})}, files)
+        except OSError as exc:
+            raise checkpoint.CheckpointError(f"could not write step {step} in '{self.dir}' "
+                                             f"({exc.strerror or exc}); {self._resume_hint(step)}") from None
 
     def _export_adapters(self, step: int) -> None:
         """``adapters/step_k/<agent>`` when due; at the last step also ``adapters/final/<agent>`` (its copy)."""
@@ -239,9 +253,18 @@ class Loop:
     def __enter__(self) -> "Loop":
         return self
 
-    def __exit__(self, *exc) -> None:
-        """``with Loop(cfg) as loop:`` closes the engine (and any server it started) also when a step fails."""
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """``with Loop(cfg) as loop:`` closes the engine (and any server it started) also when a step fails; an
+        engine failure's line then also says how to go on."""
         self.close()
+        if isinstance(exc, EngineError):
+            raise EngineError(f"{exc}; {self._resume_hint(self.step)}") from None
+
+    def _resume_hint(self, step: int) -> str:
+        """How to go on after ``step`` failed: resume from the checkpoint of the step before, if there is one."""
+        if step > 0:
+            return f"the checkpoint of step {step - 1} is intact: rerun with resume=true to redo step {step}"
+        return "no step was checkpointed: rerun without resume=true"
 
 
 def agree_on_rewards(episodes: list[Episode]) -> None:
