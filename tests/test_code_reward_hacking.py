@@ -429,6 +429,8 @@ def test_known_limitation_objects_with_their_own_equality_are_refused():
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="no /proc")
 def test_reading_proc_files_for_other_purposes_is_not_needed_by_honest_code():
-    """Honest code never needs /proc; the harness refuses it so the nonce cannot be read from memory."""
+    """Honest code never needs /proc; the harness refuses it so the nonce cannot be read from memory (under the
+    minimal root there is no /proc at all)."""
     verdict = verify(asserts(SQUARE, "f"), fenced("open('/proc/self/status').read()\ndef f(x):\n    return x * x"))
-    assert verdict.score == 0.0 and "not allowed" in verdict.reason, verdict.reason
+    assert verdict.score == 0.0, verdict.reason
+    assert "not allowed" in verdict.reason or "No such file or directory: '/proc" in verdict.reason, verdict.reason

@@ -2,19 +2,22 @@
 
 Every case runs with the in-process guard on (the default). Where the OS jail is available (root with mount and
 network namespaces), the cases that the guard would otherwise stop are run again with the guard off, to show the
-jail holds by itself.
+jail holds by itself. Under the jail the child sees a minimal root (the interpreter, its libraries, four device
+nodes, its work dir): a program searching the host for its tests' expected values finds nothing.
 """
 from __future__ import annotations
 
 import os
+import secrets
 import socket
+import tempfile
 import time
 
 import pytest
 
 from selfevo.types import Task
 from selfevo.verifiers import verify
-from selfevo.verifiers.sandbox import Limits, _pids_of_uid, exec_step, run_program
+from selfevo.verifiers.sandbox import Limits, _pids_of_uid, exec_step, run_program, take_fs_modes
 
 LIMITS = Limits(wall_s=6.0, cpu_s=4.0, unit_s=1.0, load_s=2.0, memory_mb=512, output_bytes=1 << 16,
                 file_bytes=1 << 20)
@@ -194,3 +197,191 @@ def test_hostile_code_through_the_verifier():
     task = Task("t", "code", "q", tests="assert f(1) == 2", meta={"limits": {"wall_s": 5.0, "unit_s": 1.0}})
     verdict = verify(task, "```python\nimport os\nos._exit(0)\n```")
     assert verdict.score == 0.0 and "harness" in verdict.reason
+
+
+# ---- what the program can see of the host --------------------------------------------------------------------
+
+SEARCH_LIMITS = Limits(wall_s=90.0, cpu_s=60.0, unit_s=40.0, load_s=5.0, memory_mb=1024)
+KEY_PLACES = ("cwd", "parent", "tmp", "home")
+SEARCH_PROGRAM = '''
+import os, time
+MARK = "SELFEVO-ANSWER-KEY "
+PLACES = [{cwd!r}, {parent!r}, "/tmp", os.environ.get("HOME", ""), os.path.expanduser("~"), {home!r}, "/root",
+          "/home", "..", ".", "/"]
+SKIP = {{"proc", "sys", "dev", "site-packages", "dist-packages", "__pycache__", ".git", "node_modules"}}
+FOUND = None
+
+
+def search():
+    found, deadline = {{}}, time.monotonic() + 20
+    for place in PLACES:
+        for directory, dirs, files in os.walk(place):
+            dirs[:] = [d for d in dirs if d not in SKIP]
+            for name in files:
+                path = os.path.join(directory, name)
+                try:
+                    if os.path.isfile(path) and os.path.getsize(path) < 200:
+                        with open(path) as fh:
+                            text = fh.read(200)
+                        if text.startswith(MARK):
+                            where, _, value = text[len(MARK):].partition("=")
+                            found[where] = value
+                except (OSError, UnicodeDecodeError):
+                    pass
+            if len(found) == {n} or time.monotonic() > deadline:
+                return found
+    return found
+
+
+def answer(where):
+    global FOUND
+    if FOUND is None:
+        FOUND = search()
+    return FOUND.get(where)
+'''
+
+
+def needs_minimal_root():
+    """Skip where the minimal root cannot be built at all; where the jail runs, it must be the minimal root."""
+    if os.geteuid() != 0:
+        pytest.skip("the minimal root needs root (mount namespace, bind mounts, pivot_root); without root the "
+                    "child sees every host file the user can read (docs/sandbox.md, 'Without root')")
+    if not JAIL:
+        pytest.skip("the kernel refused the mount namespace the minimal root is built in")
+
+
+@pytest.fixture
+def answer_keys(tmp_path, monkeypatch):
+    """A file holding a test's expected value in the caller's cwd, its parent, /tmp and $HOME (world-readable);
+    yields {place: token}, removes them afterwards."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    tokens = {place: secrets.token_hex(16) for place in KEY_PLACES}
+    fd, in_tmp = tempfile.mkstemp(prefix="selfevo-answer-key-", dir="/tmp")
+    os.close(fd)
+    paths = {"cwd": str(cwd / "answer.txt"), "parent": str(tmp_path / "answer.txt"), "tmp": in_tmp,
+             "home": os.path.join(os.path.expanduser("~"), f".selfevo-answer-key-{tokens['home']}")}
+    try:
+        for place, path in paths.items():
+            with open(path, "w") as fh:
+                fh.write(f"SELFEVO-ANSWER-KEY {place}={tokens[place]}")
+            os.chmod(path, 0o644)
+        yield tokens
+    finally:
+        for path in paths.values():
+            if os.path.exists(path):
+                os.remove(path)
+
+
+def search_run(tokens: dict, jail: bool):
+    cwd = os.getcwd()
+    program = SEARCH_PROGRAM.format(cwd=cwd, parent=os.path.dirname(cwd), home=os.path.expanduser("~"),
+                                    n=len(tokens))
+    steps = [exec_step(f"assert answer({place!r}) == {token!r}") for place, token in tokens.items()]
+    return run_program(program, steps, SEARCH_LIMITS, jail=jail)
+
+
+def test_file_search_finds_the_answer_keys_without_the_jail(answer_keys):
+    """The control: the search program does find every key where nothing hides the host's files."""
+    result = search_run(answer_keys, jail=False)
+    assert result.isolation["fs"] == "none"
+    assert result.score == 1.0, [s.error for s in result.steps] + [result.detail, result.log_tail]
+
+
+def test_file_search_for_the_answer_keys_scores_zero(answer_keys):
+    """Keys in the caller's cwd, its parent, /tmp and $HOME; the program walks /, /tmp, .., $HOME, ., the caller's
+    cwd and its parent by name: under the jail it finds none of them."""
+    needs_minimal_root()
+    result = search_run(answer_keys, jail=True)
+    assert result.isolation["fs"] == "minimal-root", result.isolation
+    assert result.completed, result.detail
+    assert result.score == 0.0
+    assert all("AssertionError" in s.error for s in result.steps), [s.error for s in result.steps]
+
+
+def test_listing_tmp_shows_nothing_of_the_hosts(tmp_path):
+    needs_minimal_root()
+    with tempfile.NamedTemporaryFile(prefix="selfevo-host-entry-", dir="/tmp") as host_entry:
+        name = os.path.basename(host_entry.name)
+        steps = [exec_step("import os\nlisting = sorted(os.listdir('/tmp'))\n"
+                           f"assert {name!r} not in listing, listing\n"
+                           "assert set(listing) <= {os.path.basename(os.getcwd())}, listing")]
+        result = run_program("x = 1", steps, LIMITS)
+    assert result.isolation["fs"] == "minimal-root", result.isolation
+    assert result.score == 1.0, [s.error for s in result.steps]
+
+
+def test_minimal_root_holds_only_the_interpreter_libraries_devices_and_work_dir(tmp_path, monkeypatch):
+    needs_minimal_root()
+    monkeypatch.chdir(tmp_path)
+    tests_dir = os.path.dirname(os.path.abspath(__file__))  # the project's files, next to the venv
+    checks = ["import os, sys",
+              "assert sorted(os.listdir('/dev')) == ['null', 'random', 'urandom', 'zero'], os.listdir('/dev')",
+              "assert os.listdir('/etc') == ['ld.so.cache'], os.listdir('/etc')",
+              "assert not os.path.exists('/proc') and not os.path.exists('/sys')",
+              f"assert not os.path.exists({tests_dir!r})",
+              f"assert not os.path.exists({str(tmp_path)!r})",
+              "assert os.path.exists(sys.executable)",
+              "assert os.getcwd() == os.environ['HOME'] == os.environ['TMPDIR']"]
+    result = run_program("x = 1", [exec_step(line, label=line) for line in checks], LIMITS)
+    assert result.isolation["fs"] == "minimal-root", result.isolation
+    assert result.score == 1.0, [(s.label, s.error) for s in result.steps if not s.passed]
+
+
+def test_the_minimal_root_is_read_only_but_the_work_dir():
+    needs_minimal_root()
+    program = ("import os\nfailures = []\nfor path in ('/x', '/tmp/x', '/usr/lib/x', '/etc/x'):\n"
+               "    try:\n        open(path, 'w')\n        failures.append(path)\n    except OSError:\n        pass\n"
+               "open('here.txt', 'w').write('ok')\nopen(os.devnull, 'w').write('x')\n"
+               "def f(x):\n    return x + 1 + len(failures)\n")
+    result = run_program(program, STEPS, LIMITS, guard=False)
+    assert result.isolation["fs"] == "minimal-root", result.isolation
+    assert result.score == 1.0, [result.load_error] + [s.error for s in result.steps]
+
+
+def test_ordinary_programs_run_in_the_minimal_root():
+    needs_minimal_root()
+    try:
+        import numpy  # noqa: F401
+        uses_numpy = "import numpy\ntotal += int(numpy.arange(5).sum())\n"
+    except ImportError:
+        uses_numpy = ""
+    program = ("import bisect, collections, datetime, decimal, fractions, functools, heapq, itertools, json, math\n"
+               "import os, random, re, statistics, string\n"
+               "def f(x):\n    total = x + math.isqrt(16) + len(re.findall(r'a', 'banana'))\n"
+               "    total += sum(collections.Counter('ab').values()) + json.loads('[1]')[0]\n"
+               "    total += len(list(itertools.permutations(range(3)))) + heapq.nsmallest(1, [5, 7])[0]\n"
+               "    total += functools.reduce(int.__add__, [1, 2]) + len(os.urandom(4)) + int(random.random() < 1)\n"
+               f"    {uses_numpy.replace(chr(10), chr(10) + '    ')}"
+               "return total\n")
+    expected = 1 + 4 + 3 + 2 + 1 + 6 + 5 + 3 + 4 + 1 + (10 if uses_numpy else 0)
+    steps = [exec_step(f"assert f(1) == {expected}")]
+    result = run_program(program, steps, LIMITS)
+    assert result.isolation["fs"] == "minimal-root", result.isolation
+    assert result.score == 1.0, [result.load_error] + [s.error for s in result.steps] + [result.log_tail]
+
+
+# ---- reporting the mode ------------------------------------------------------------------------------------------
+
+
+def test_fs_modes_are_counted_and_reach_the_step_metrics():
+    """``take_fs_modes`` counts jobs per ``isolation["fs"]``; ``Loop.end_step`` logs them as ``sandbox_fs``."""
+    from types import SimpleNamespace
+
+    from selfevo.loop.loop import Loop
+
+    take_fs_modes()
+    first = run_program("x = 1", [exec_step("assert x == 1")], LIMITS)
+    run_program("x = 1", [exec_step("assert x == 1")], LIMITS, jail=False)
+    mode = first.isolation["fs"]
+    assert mode in ("minimal-root", "read-only-host", "none")
+    written = []
+    fake = SimpleNamespace(_step_start=time.perf_counter(), state={}, main=True, bar=None,
+                           cfg=SimpleNamespace(eval=SimpleNamespace(every=0)),
+                           _write_step=lambda step, episodes, metrics, state, files: written.append(metrics))
+    Loop.end_step(fake, 0, [], {"reward": 1.0})
+    expected = {mode: 2} if mode == "none" else {mode: 1, "none": 1}
+    assert written[0]["sandbox_fs"] == expected
+    Loop.end_step(fake, 1, [], {})
+    assert "sandbox_fs" not in written[1]

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from selfevo.verifiers.cli import main, score_line
+from selfevo.verifiers.sandbox import take_fs_modes
 
 LIMITS = {"wall_s": 10.0, "unit_s": 2.0, "load_s": 5.0}
 GOOD_LINES = [
@@ -34,11 +35,15 @@ BAD_LINES = [
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_cli_scores_every_line_in_order(tmp_path, workers):
+def test_cli_scores_every_line_in_order(tmp_path, workers, capsys):
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     lines = [json.dumps(rec) for rec, _ in GOOD_LINES] + [text for text, _ in BAD_LINES]
     src.write_text("\n".join(lines[:3]) + "\n\n" + "\n".join(lines[3:]) + "\n")  # a blank line is skipped
+    take_fs_modes()  # forget sandbox jobs other tests ran in this process
     assert main(["--input", str(src), "--output", str(dst), "--workers", str(workers)]) == 0
+    err = capsys.readouterr().err
+    modes = dict(part.rsplit(" x", 1) for part in err.split("sandbox filesystem: ", 1)[1].strip().split(", "))
+    assert sum(map(int, modes.values())) == 3 and set(modes) <= {"minimal-root", "read-only-host", "none"}, err
     out = [json.loads(line) for line in dst.read_text().splitlines()]
     assert len(out) == len(lines)
     for (record, score), result in zip(GOOD_LINES, out):

@@ -5,7 +5,9 @@ Each input line is a JSON object ``{"domain": "math"|"code"|"mcq"|"numeric", "re
 "meta": dict (optional, as ``Task.meta``)}``. Each output line is the input
 object plus ``"score"`` and ``"reason"``. A line that is not valid JSON, is not an object, lacks a field, or
 names an unknown domain gets score 0 and a reason saying why; processing never stops on one bad line. Blank
-lines are skipped. ``--workers N`` scores N lines at a time (threads; order is preserved).
+lines are skipped. ``--workers N`` scores N lines at a time (threads; order is preserved). When code was run, one
+line on stderr says under which sandbox filesystem mode (``isolation["fs"]``, see ``docs/sandbox.md``), e.g.
+``selfevo verify: sandbox filesystem: minimal-root x12``.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any, Iterator
 
 from selfevo.types import Task
 from selfevo.verifiers import get_verifier
+from selfevo.verifiers.sandbox import take_fs_modes
 
 _REQUIRED = {"math": ("response", "reference"), "mcq": ("response", "reference"),
              "numeric": ("response", "reference"), "code": ("response", "tests")}
@@ -49,7 +52,15 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"selfevo verify: cannot write --output {args.output}: {exc.strerror}", file=sys.stderr)
         return 2
+    _report_fs_modes(take_fs_modes())
     return 0
+
+
+def _report_fs_modes(modes: dict[str, int]) -> None:
+    """One stderr line: how many sandbox jobs ran under each filesystem mode (nothing when no code ran)."""
+    if modes:
+        text = ", ".join(f"{mode} x{count}" for mode, count in sorted(modes.items()))
+        print(f"selfevo verify: sandbox filesystem: {text}", file=sys.stderr)
 
 
 def _score_all(lines: list[str], workers: int) -> Iterator[dict]:

@@ -62,6 +62,7 @@ import sys
 import tempfile
 import time
 import types
+from _thread import allocate_lock
 from dataclasses import dataclass, field
 from decimal import Decimal as _Decimal
 from math import isinf as _isinf
@@ -71,6 +72,8 @@ from typing import Any
 HARNESS_PATH = os.path.abspath(__file__)
 _RESULT_CAP_BYTES = 32 << 20  # the parent stops reading results beyond this
 _LOG_TAIL_BYTES = 2000
+_FS_MODES: collections.Counter = collections.Counter()  # jobs per ``isolation["fs"]`` since the last take
+_FS_MODES_LOCK = allocate_lock()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -201,7 +204,23 @@ def run_program(program: str, steps: list[dict], limits: Limits = Limits(), *, p
         _remove_tree(stash)
     result.wall_ms = (time.monotonic() - start) * 1000.0
     result.n_units = sum(1 for s in steps if s.get("unit"))
+    _count_fs_mode(str(result.isolation.get("fs", "unknown")))
     return result
+
+
+def _count_fs_mode(mode: str) -> None:
+    with _FS_MODES_LOCK:
+        _FS_MODES[mode] += 1
+
+
+def take_fs_modes() -> dict[str, int]:
+    """How many jobs this process ran under each filesystem mode (``isolation["fs"]``: ``minimal-root``,
+    ``read-only-host``, ``none``, or ``unknown`` when the child died before reporting) since the last call; resets
+    the counts. The training loop logs them per step as ``sandbox_fs``."""
+    with _FS_MODES_LOCK:
+        counts = dict(_FS_MODES)
+        _FS_MODES.clear()
+    return counts
 
 
 def _spawn_and_collect(config: dict, limits: Limits, python: str) -> SandboxResult:
@@ -610,8 +629,13 @@ class _HarnessState:
 
 
 def _isolate(config: dict) -> dict:
-    """Apply namespaces, the jail, the uid drop and rlimits; return what was achieved."""
-    iso = {"netns": False, "jail": False, "uid": None, "errors": []}
+    """Apply namespaces, the jail, the uid drop and rlimits; return what was achieved.
+
+    ``fs`` names what the child sees of the filesystem: ``minimal-root`` (a fresh root holding only the
+    interpreter, its libraries, four device nodes and the work dir), ``read-only-host`` (the host's tree, read-only
+    but for the work dir, seen as an unprivileged uid) or ``none`` (the host's tree with the caller's rights).
+    """
+    iso = {"netns": False, "jail": False, "fs": "none", "uid": None, "errors": []}
     os.chdir(config["workdir"])
     if config["jail"] and os.geteuid() == 0 and config["uid"] is not None:
         _root_isolation(config, iso)
@@ -625,13 +649,22 @@ def _isolate(config: dict) -> dict:
 
 
 def _root_isolation(config: dict, iso: dict) -> None:
-    """Mount+net namespaces, read-only filesystem except the work dir, then a fresh uid (if paths allow)."""
-    if _try(iso, "mount+net namespace", lambda: _unshare(_CLONE_NEWNS | _CLONE_NEWNET)):
+    """Mount+net namespaces, a minimal root (else the read-only host), then a fresh uid (if paths allow)."""
+    if _try(iso, "mount+net namespace", _unshare, _CLONE_NEWNS | _CLONE_NEWNET):
         iso["netns"] = True
-        iso["jail"] = _try(iso, "read-only jail", lambda: _build_jail(config["workdir"], config["stash"], iso))
+        _jail_filesystem(config, iso)
     if iso["jail"] or _paths_world_readable(_needed_paths()):
-        if _try(iso, "uid drop", lambda: _drop_to(config["uid"])):
+        if _try(iso, "uid drop", _drop_to, config["uid"]):
             iso["uid"] = config["uid"]
+
+
+def _jail_filesystem(config: dict, iso: dict) -> None:
+    """The minimal root; if it cannot be built, the host's tree read-only (recorded in ``errors`` and ``fs``)."""
+    workdir, stash = config["workdir"], config["stash"]
+    if _try(iso, "minimal root", _build_minimal_root, workdir, stash):
+        iso["jail"], iso["fs"] = True, "minimal-root"
+    elif _try(iso, "read-only jail", _build_jail, workdir, stash, iso):
+        iso["jail"], iso["fs"] = True, "read-only-host"
 
 
 def _enter_user_namespace() -> None:
@@ -650,10 +683,10 @@ def _drop_to(uid: int) -> None:
     os.setuid(uid)
 
 
-def _try(iso: dict, what: str, action) -> bool:
+def _try(iso: dict, what: str, action, *args) -> bool:
     """Run an isolation action; record a failure instead of raising (a weaker sandbox, not a dead one)."""
     try:
-        action()
+        action(*args)
         return True
     except Exception as exc:  # noqa: BLE001 - OSError, ImportError (no ctypes), ValueError...
         iso["errors"].append(f"{what}: {type(exc).__name__}: {exc}")
@@ -760,6 +793,178 @@ def _mounts() -> list[tuple[str, set[str]]]:
 def _paths_world_readable(paths: list[str]) -> bool:
     """Whether others can traverse every ancestor of every path."""
     return not _hidden_ancestors(paths)
+
+
+# ---- the minimal root (jail, preferred) --------------------------------------------------------------------------
+
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "ppc64": 203, "s390x": 217}
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
+_LOADER_FILES = ("/etc/ld.so.cache",)
+_ST_TO_MS = {2: 2, 4: 4, 8: 8, 1024: 1024, 2048: 2048, 4096: 1 << 21}  # statvfs ST_* bit -> mount MS_* bit
+
+
+def _build_minimal_root(workdir: str, stash: str) -> None:
+    """Make a fresh root holding only what the interpreter needs, read-only, plus ``workdir`` read-write, and
+    pivot into it; the host's tree is then detached from this mount namespace.
+
+    The new root is a tmpfs; into it go read-only bind mounts, each at its own path, of the interpreter binary,
+    the standard library and site-packages directories on ``sys.path`` that lie inside the interpreter's or the
+    environment's prefix (not the project folder an editable install adds), the directories of the shared
+    objects (and locale files) the process has mapped, ``/etc/ld.so.cache``, and the device nodes in
+    :data:`_DEVICES`; the interpreter's symlink chain and those of the host's top-level symlinks whose target is
+    there (``/lib -> usr/lib``) are recreated; ``/tmp`` is an empty directory (the work dir's parent when the
+    work dir lies in ``/tmp``).
+    """
+    root = os.path.join(stash, "root")
+    os.mkdir(root, 0o755)
+    _mount(None, "/", None, _MS["rec"] | _MS["private"])
+    _mount("tmpfs", root, "tmpfs", _MS["nosuid"] | _MS["nodev"], "mode=755,size=1m")
+    try:
+        _populate_root(root, workdir)
+        _mount(None, root, None, _MS["remount"] | _MS["rdonly"] | _MS["nosuid"] | _MS["nodev"])
+        _pivot_into(root)
+    except BaseException:
+        _detach(root)
+        raise
+
+
+def _populate_root(root: str, workdir: str) -> None:
+    """Bind what the interpreter needs (read-only), the device nodes and the work dir into ``root``."""
+    for source in _minimal_root_sources():
+        _bind_into(root, source, _MS["rdonly"] | _MS["nosuid"] | _MS["nodev"])
+    for device in _DEVICES:
+        if os.path.exists(device):
+            _bind_into(root, device, _MS["rdonly"] | _MS["nosuid"] | _MS["noexec"])
+    os.makedirs(root + "/tmp", 0o755, exist_ok=True)
+    _bind_into(root, workdir, _MS["nosuid"] | _MS["nodev"])
+    for link, target in _interpreter_links():
+        _recreate_symlink(root, link, target)
+    for link, target in _top_level_links():
+        if _resolves_in(root, link, target):
+            _recreate_symlink(root, link, target)
+
+
+def _minimal_root_sources() -> list[str]:
+    """Absolute real paths to bind read-only into the minimal root, outermost first, none inside another one on
+    the same filesystem (a bind mount already shows those)."""
+    paths = {os.path.realpath(sys.executable)}
+    paths.update(_environment_paths())
+    paths.update(_mapped_paths())
+    paths.update(p for p in _LOADER_FILES if os.path.exists(p))
+    return _outermost(sorted(paths, key=_depth_first))
+
+
+def _depth_first(path: str) -> tuple[int, str]:
+    return path.count("/"), path
+
+
+def _environment_paths() -> set[str]:
+    """The existing ``sys.path`` entries (real paths) inside the interpreter's or the environment's prefixes."""
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    prefixes.discard("/")
+    found = set()
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry and os.path.isabs(entry) else ""
+        if real and os.path.exists(real) and any(real.startswith(prefix + "/") for prefix in prefixes):
+            found.add(real)
+    return found
+
+
+def _mapped_paths() -> set[str]:
+    """Directories of the files mapped into this process (shared objects, locale data), except the interpreter
+    binary itself (bound as a file): extension modules loaded later find their libraries there."""
+    executable = os.path.realpath(sys.executable)
+    found = set()
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            fields = line.split(maxsplit=5)
+            path = fields[5].strip() if len(fields) == 6 else ""
+            if path.startswith("/") and os.path.isfile(path):
+                real = os.path.realpath(path)
+                if real != executable:
+                    found.add(os.path.dirname(real))
+    return found
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """Drop every path that lies inside an earlier one on the same filesystem (``paths`` sorted by depth)."""
+    kept: list[str] = []
+    for path in paths:
+        device = os.stat(path).st_dev
+        if not any(path.startswith(outer.rstrip("/") + "/") and os.stat(outer).st_dev == device for outer in kept):
+            kept.append(path)
+    return kept
+
+
+def _bind_into(root: str, source: str, flags: int) -> None:
+    """Bind-mount ``source`` at the same path under ``root`` (creating the mount point), then remount it with
+    ``flags`` plus the flags its filesystem already has (a remount may not clear those)."""
+    target = root + source
+    if os.path.isdir(source):
+        os.makedirs(target, 0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+        if not os.path.exists(target):
+            open(target, "w").close()
+    _mount(source, target, None, _MS["bind"])
+    _mount(None, target, None, _MS["remount"] | _MS["bind"] | flags | _locked_flags(source))
+
+
+def _locked_flags(path: str) -> int:
+    """The nosuid/nodev/noexec/atime mount flags of the filesystem holding ``path``, as mount(2) flags."""
+    current = os.statvfs(path).f_flag
+    return sum(ms_bit for st_bit, ms_bit in _ST_TO_MS.items() if current & st_bit)
+
+
+def _top_level_links() -> list[tuple[str, str]]:
+    """The host's top-level symlinks (``/lib -> usr/lib``: the dynamic loader looks libraries up by such paths)."""
+    return [("/" + name, os.readlink("/" + name)) for name in sorted(os.listdir("/")) if os.path.islink("/" + name)]
+
+
+def _interpreter_links() -> list[tuple[str, str]]:
+    """Each symlink on the way from ``sys.executable`` to the interpreter binary, as (link, target)."""
+    links = []
+    path = os.path.abspath(sys.executable)
+    for _ in range(40):
+        if not os.path.islink(path):
+            break
+        target = os.readlink(path)
+        links.append((path, target))
+        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    return links
+
+
+def _recreate_symlink(root: str, link: str, target: str) -> None:
+    """Create ``link -> target`` under ``root`` unless something (a mount point, a bound tree) is there."""
+    where = root + link
+    if os.path.lexists(where):
+        return
+    os.makedirs(os.path.dirname(where), 0o755, exist_ok=True)
+    os.symlink(target, where)
+
+
+def _resolves_in(root: str, link: str, target: str) -> bool:
+    """Whether ``link -> target`` would point at something that exists under ``root``."""
+    return os.path.exists(root + os.path.normpath(os.path.join(os.path.dirname(link), target)))
+
+
+def _pivot_into(root: str) -> None:
+    """Make ``root`` this mount namespace's root and detach the old one (``pivot_root(".", ".")``)."""
+    number = _SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"pivot_root: no syscall number known for {os.uname().machine}")
+    os.chdir(root)
+    _check(_libc().syscall(number, b".", b"."), "pivot_root")
+    _check(_libc().umount2(b".", _MNT_DETACH), "umount the old root")
+    os.chdir("/")
+
+
+def _detach(path: str) -> None:
+    """Lazily unmount ``path`` (and what is mounted under it); ignore a path that is not mounted."""
+    try:
+        _check(_libc().umount2(path.encode(), _MNT_DETACH), f"umount {path}")
+    except OSError:
+        pass
 
 
 def _set_rlimits(limits: dict, dedicated_uid: bool) -> None:
