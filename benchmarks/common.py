@@ -62,10 +62,15 @@ def save(name: str, result: dict) -> None:
     (RESULTS / f"{name}.json").write_text(line + "\n")
 
 
-def gsm8k_prompts(n: int, data_root: str = "../shared/data") -> list[str]:
-    """The first ``n`` GSM8K test questions (falls back to synthetic arithmetic if the file is absent)."""
-    path = Path(data_root) / "gsm8k" / "test.jsonl"
-    if path.exists():
+def gsm8k_prompts(n: int, data_root: str | None = None) -> list[str]:
+    """The first ``n`` GSM8K test questions, the file found like every benchmark file (``data_root``, else
+    ``$SELFEVO_DATA``, the cache of ``selfevo prepare data``, ``../shared/data``); synthetic arithmetic where no
+    place has it (never the hub: a benchmark run stays offline)."""
+    from selfevo.tasks.base import load_context
+
+    found = load_context("gsm8k", "test", data_root, "local", {}).find("gsm8k", "test.jsonl")
+    path = Path(found) if found else None
+    if path is not None:
         rows = [json.loads(x) for x in path.read_text().splitlines()[:n]]
         return [r["question"] for r in rows]
     return [f"What is {i} times {i + 7}? Explain step by step." for i in range(n)]
