@@ -12,12 +12,18 @@ Containment, outermost first (each layer is tested on its own in ``tests/test_sa
    dumps; an empty environment (minimal ``PATH``, ``HOME``/``TMPDIR`` = the work dir, single-threaded BLAS);
    ``-I`` so no ``PYTHON*`` variable, user site or script directory applies; a fresh work directory as cwd,
    removed afterwards.
-2. Jail (only when the parent runs as root and the kernel allows it): new mount and network namespaces; every
-   mount is remounted read-only except the work dir; directories on the interpreter's paths that others cannot
-   traverse (e.g. ``/root``) are covered by a tmpfs exposing only the needed entry; then the child drops to a
-   fresh uid/gid used by no one else, so RLIMIT_NPROC is enforced, it cannot signal the parent, and every
-   process it leaves behind is found by uid and killed. Non-root parents get a user+network namespace when the
-   kernel allows it and RLIMIT_NPROC = 0 (no threads, no processes).
+2. Jail (only when the parent runs as root and the kernel allows it): new mount and network namespaces; the
+   child pivots into a minimal root, a read-only tmpfs holding read-only bind mounts of the interpreter, its
+   standard library and environment site-packages, the directories of its shared libraries,
+   ``/etc/ld.so.cache``, ``/dev/null``, ``/dev/zero``, ``/dev/random``, ``/dev/urandom``, and its work dir
+   (read-write); nothing else of the host (its ``/tmp``, ``/home``, ``/root``, the caller's cwd, ``/proc``) is
+   there. If that root cannot be built, every host mount is remounted read-only except the work dir instead
+   (directories on the interpreter's paths that others cannot traverse, e.g. ``/root``, covered by a tmpfs
+   exposing only the needed entry). Then the child drops to a fresh uid/gid used by no one else, so RLIMIT_NPROC
+   is enforced, it cannot signal the parent, and every process it leaves behind is found by uid and killed.
+   Non-root parents get a user+network namespace when the kernel allows it and RLIMIT_NPROC = 0 (no threads, no
+   processes); the child then reads whatever the caller can read. ``SandboxResult.isolation["fs"]`` says which
+   filesystem view ran: ``minimal-root``, ``read-only-host`` or ``none``.
 3. Guard (in-process, on by default): process creation, ``os.kill``, sockets, ``ctypes``, and writes outside the
    work dir raise ``PermissionError`` with a clear message. It gives readable failures; layers 1-2 hold even if
    code gets around it.
@@ -119,7 +125,7 @@ class SandboxResult:
     load_error: str = ""
     n_units: int = 0
     wall_ms: float = 0.0
-    isolation: dict[str, Any] = field(default_factory=dict)
+    isolation: dict[str, Any] = field(default_factory=dict)  # netns, jail, fs, uid, errors (see ``_isolate``)
     log_tail: str = ""
 
     @property
