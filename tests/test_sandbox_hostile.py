@@ -385,3 +385,13 @@ def test_fs_modes_are_counted_and_reach_the_step_metrics():
     assert written[0]["sandbox_fs"] == expected
     Loop.end_step(fake, 1, [], {})
     assert "sandbox_fs" not in written[1]
+
+
+def test_minimal_root_binds_python_lib_dirs_of_a_prefix_not_a_project_beside_them():
+    from selfevo.verifiers.sandbox import _in_lib_of
+
+    assert _in_lib_of("/usr/lib/python3/dist-packages", "/usr")
+    assert _in_lib_of("/work/main/.venv/lib/python3.11/site-packages", "/work/main/.venv")
+    assert not _in_lib_of("/usr/src/app", "/usr")  # an editable install's project folder inside a prefix
+    assert not _in_lib_of("/work/main", "/work/main/.venv")
+    assert not _in_lib_of("/usr", "/usr")

@@ -857,6 +857,7 @@ def _minimal_root_sources() -> list[str]:
     paths.update(_environment_paths())
     paths.update(_mapped_paths())
     paths.update(p for p in _LOADER_FILES if os.path.exists(p))
+    paths.discard("/")  # a file mapped from / must not bring the whole host along
     return _outermost(sorted(paths, key=_depth_first))
 
 
@@ -865,15 +866,22 @@ def _depth_first(path: str) -> tuple[int, str]:
 
 
 def _environment_paths() -> set[str]:
-    """The existing ``sys.path`` entries (real paths) inside the interpreter's or the environment's prefixes."""
+    """The existing ``sys.path`` entries (real paths) in a ``lib*`` directory of the interpreter's or the
+    environment's prefix: the standard library, ``lib-dynload``, site-packages; not a project folder that an
+    editable install puts on ``sys.path``."""
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    prefixes.discard("/")
     found = set()
     for entry in sys.path:
         real = os.path.realpath(entry) if entry and os.path.isabs(entry) else ""
-        if real and os.path.exists(real) and any(real.startswith(prefix + "/") for prefix in prefixes):
+        if real and os.path.exists(real) and any(_in_lib_of(real, prefix) for prefix in prefixes):
             found.add(real)
     return found
+
+
+def _in_lib_of(path: str, prefix: str) -> bool:
+    """Whether ``path`` lies in ``prefix/lib``, ``prefix/lib64``... (where Python keeps its modules)."""
+    head = os.path.relpath(path, prefix).split(os.sep)[0]
+    return head.startswith("lib") and path.startswith(prefix.rstrip("/") + "/")
 
 
 def _mapped_paths() -> set[str]:
