@@ -284,7 +284,8 @@ engine = make_engine("vllm_server", store, workdir=sys.argv[1], launcher=(sys.ex
 print(json.dumps([s.proc.pid for s in engine._all()]), flush=True)
 if sys.argv[3] == "hang":
     time.sleep(600)
-"""  # builds an engine, then exits without close(), or hangs until killed
+sys.stdin.readline()
+"""  # builds an engine, then exits without close() when its stdin closes, or hangs until killed
 
 
 def _gone(pids: list[int], within: float = 20.0) -> bool:
@@ -306,12 +307,13 @@ def test_started_servers_die_with_the_process_that_started_them(tmp_path, how):
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-c", CRASHER, str(tmp_path / "engine"), FAKE_SCRIPT, how], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         pids = json.loads(proc.stdout.readline())
         assert pids and all(_pid_alive(p) for p in pids)
         if how == "hang":
             proc.send_signal(signal.SIGKILL)
+        proc.stdin.close()  # "exit": now (not before the check above)
         proc.wait(60)
         assert _gone(pids)
     finally:

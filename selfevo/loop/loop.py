@@ -12,8 +12,10 @@ What it keeps: ``RUN_DIR/config.yaml`` (resolved config), ``run.json`` (every la
 package versions, machine), ``metrics.jsonl`` (one line per step), ``episodes.jsonl`` (transcripts with rewards),
 ``checkpoint/`` (atomic, resumable: adapters, optimizers, RNG states, step, recipe state) and
 ``adapters/step_k/<agent>`` (PEFT format; at the end and every ``trainer.save_adapters_every`` steps; the last
-step's also as ``adapters/final/<agent>``). On
-resume, log lines of steps without a checkpoint are dropped first, so every step is logged exactly once.
+step's also as ``adapters/final/<agent>``). The
+checkpoint is written last and commits the step; on resume, log lines of steps without a checkpoint are dropped
+first, so every step is logged exactly once, whatever stopped the run: a killed process or rank, or a one-line
+error that says how to go on with ``resume=true`` (an engine failure, a write that failed on a full disk).
 
 Data-parallel under ``torchrun`` (:mod:`selfevo.distributed`): every rank builds the same store, engine and data
 order and runs the same recipe code; the runner splits the rollouts, the store splits the updates, and rank 0 alone
