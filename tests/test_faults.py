@@ -3,7 +3,8 @@
 * a vLLM server (``engine.name=vllm_server``, the fake server of ``fake_vllm_server.py`` started by the engine as
   its launcher) really ``SIGKILL``\\ s itself in the middle of step 1: the engine starts it again and sends the
   lost requests again (the run ends as one without the kill); with ``engine.restarts=0`` the run stops with one
-  line naming the server and ``resume=true``, and the resumed run ends the same;
+  line naming the server and ``resume=true``, and the resumed run ends the same; a server killed from outside
+  between two calls is started again by the next one, until ``engine.restarts`` are used up;
 * one rank of ``torchrun --nproc_per_node 2`` is ``SIGKILL``\\ ed from outside after step 0 was logged; torchrun
   stops the other; ``resume=true`` goes on with 2 processes and with 1;
 * a checkpoint write that fails part-way (``ENOSPC`` raised by the writer after some files were written) leaves
@@ -156,6 +157,37 @@ def test_a_server_killed_mid_step_is_started_again_or_stops_the_run_for_a_resume
     assert served_run(run, marker, "engine.restarts=0", "resume=true") == 0
     assert steps(run / "metrics.jsonl") == [0, 1, 2] and episodes(run) == want
     no_orphans(run)
+
+
+@linux_only
+def test_a_server_killed_between_calls_is_started_again_until_the_restarts_are_used_up(make_store, tmp_path, capsys):
+    """Killed from outside while the trainer is busy elsewhere: the next call notices it (here when it unloads the
+    retired version of a0), starts it again and loads what it needs; with no restart left, one line."""
+    from selfevo.engines import EngineError, make_engine
+    from selfevo.types import Request, SamplingParams
+
+    store = make_store()
+    reqs = [Request(a, [{"role": "user", "content": "2+2?"}], SamplingParams(8, 1.0), seed=i)
+            for i, a in enumerate(("a0", "a1"))]
+    with make_engine("vllm_server", store, workdir=str(tmp_path / "engine"), startup_timeout=60, restarts=1,
+                     launcher=(sys.executable, str(FAKE_SCRIPT))) as engine:
+        first = engine.generate(reqs)
+        (server,) = engine._all()
+        killed = server.proc.pid
+        os.kill(killed, signal.SIGKILL)
+        store.versions["a0"] += 1  # an optimizer step: the next call retires a0-v0 and loads a0-v1
+        again = engine.generate(reqs)
+        assert again[1].token_ids == first[1].token_ids and again[0].token_ids  # a1-v0, same seed: same answer
+        (line,) = errors(capsys.readouterr().err)
+        assert "was killed by SIGKILL" in line and "restart 1 of engine.restarts=1" in line
+        (row,) = json.loads((tmp_path / "engine" / "servers.json").read_text())
+        assert row["previous_pids"] == [killed] and row["pid"] == server.proc.pid != killed
+        os.kill(row["pid"], signal.SIGKILL)
+        with pytest.raises(EngineError) as info:
+            engine.generate(reqs)
+        text = str(info.value)
+        assert "\n" not in text and "not restarted (engine.restarts=1 used up)" in text
+    wait_for(lambda: not any(alive(p) or group_alive(p) for p in (killed, row["pid"])), 20, "end of the servers")
 
 
 # ---- a rank killed mid-step ------------------------------------------------------------------------------------------
