@@ -153,6 +153,24 @@ def test_prepare_from_the_hub_loads_back_like_the_hub(fake_hub, capsys, caplog):
     assert load_tasks("gsm8k", "test", source="hub") == from_hub
 
 
+def test_prepare_without_names_goes_on_past_a_failing_hub(user, monkeypatch, capsys):
+    import types
+
+    def unreachable(hub_id, *args, **kwargs):
+        raise ConnectionError(f"Couldn't reach '{hub_id}' on the Hub")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=unreachable))
+    rc, out, _ = run_cli(["prepare", "data"], capsys)
+    lines = out.splitlines()
+    with_hub = [n for n in TASKS.names() if TASKS.get(n).hub is not None]
+    assert rc == 1 and [line.split(":")[0] for line in lines[:-1]] == with_hub
+    assert lines[0].startswith("aime2024: failed: aime2024: cannot load HuggingFaceH4/aime_2024 split 'train'")
+    assert lines[-1].startswith(f"{len(with_hub)} of {len(with_hub)} failed: aime2024, ")
+    assert lines[-1].endswith("without the hub: `selfevo prepare data --from DIR` (DIR: a copy of the benchmark data "
+                              "folder)")
+    assert not (user / "cache").exists()
+
+
 # ---- prepare --from -----------------------------------------------------------------------------------------------
 
 
@@ -201,10 +219,10 @@ def test_an_interrupted_copy_leaves_the_old_copy_and_no_half_folder(user, monkey
 def test_bad_input_is_one_line_and_exit_code_2(user, capsys):
     empty = user / "empty"
     empty.mkdir()
+    missing = f"no local copy of gsm8k/train.jsonl; looked in {empty} (--from); --from takes a copy of the benchmark"
     cases = {("prepare", "data", "gsm8", "--from", str(empty)): "did you mean 'gsm8k'?",
              ("prepare", "data", "gsm8k", "--from", str(user / "nowhere")): "is not a directory",
-             ("prepare", "data", "gsm8k", "--from", str(empty)): f"no local copy of gsm8k/train.jsonl; looked in {empty} "
-                                                             f"(--from); --from takes a copy of the benchmark data",
+             ("prepare", "data", "gsm8k", "--from", str(empty)): missing,
              ("prepare", "data", "webinstruct", "--from", str(empty)): "`selfevo prepare data webinstruct`",
              ("prepare", "data", "maslab_mmlu"): "has no Hugging Face hub source",
              ("prepare", "data", "--frm", "x"): "unrecognized arguments"}

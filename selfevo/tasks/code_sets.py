@@ -85,10 +85,9 @@ def _evalplus_path(ctx: LoadContext, row: dict, *local: str) -> str:
 
 def _evalplus_hub_reader(ctx: LoadContext) -> list[dict]:
     """Hub rows; rows in EvalPlus's own format (with ``plus_input``) are also written to a ``.jsonl.gz`` in
-    ``evalplus/`` of the cache folder (``$SELFEVO_CACHE``),
-    since the verifier reads EvalPlus data from a file. (The hub copies evalplus/humanevalplus and
-    evalplus/mbppplus instead embed the inputs and expected outputs in a ``test`` string: see
-    :func:`_evalplus_test_fallback`.)"""
+    ``evalplus/`` of the cache folder (``$SELFEVO_CACHE``), since the verifier reads EvalPlus data from a file.
+    (The hub copies evalplus/humanevalplus and evalplus/mbppplus instead embed the inputs and expected outputs in a
+    ``test`` string: see :func:`_evalplus_test_fallback`.)"""
     rows = hub_rows(ctx)
     if not rows or not all("plus_input" in r for r in rows):
         return rows

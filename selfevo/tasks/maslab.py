@@ -3,8 +3,9 @@
 Each item is ``{query, gt, tag, source}``; ``query`` already carries the answer-format instruction, so these use the
 ``raw`` prompt format. ``gt`` is the answer (math, MMLU letter, SciBench number) or the tests (HumanEval:
 ``{test, entry_point}``; MBPP: a list of asserts). Where the full benchmark file is found too (in the same order of
-places as every local file), the items are matched to it to recover what MASLab dropped: HumanEval's prompt (``meta["prompt"]``, so the prompt's
-imports are available to the candidate) and task id, MBPP's task id and ``test_setup_code``, SciBench's unit.
+places as every local file), the items are matched to it to recover what MASLab dropped: HumanEval's prompt
+(``meta["prompt"]``, so the prompt's imports are available to the candidate) and task id, MBPP's task id and
+``test_setup_code``, SciBench's unit.
 """
 from __future__ import annotations
 

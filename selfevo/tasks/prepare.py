@@ -14,7 +14,7 @@ the third place :func:`~selfevo.tasks.base.load_tasks` looks in (after ``data_ro
 An interrupted prepare leaves at most a dot-named temporary folder or file, which loading never reads. Afterwards
 every split is loaded back from the cache alone and counted: one summary line per benchmark on stdout (splits, item
 counts, where written), a progress bar on stderr. No names: every benchmark that has the source (a local reader
-whose files are in DIR; a hub dataset); a benchmark that fails is reported and the others go on (exit code 1). A
+whose files are in DIR; a hub dataset); a benchmark that fails gets a line and the others go on (exit code 1). A
 named benchmark that fails, an unknown name or a missing DIR is a one-line error (exit code 2 from the CLI).
 """
 from __future__ import annotations
@@ -51,13 +51,16 @@ def prepare_data(names: list[str], from_dir: str | None = None, say: Callable[[s
             if from_dir is not None and isinstance(exc, MissingDataError):
                 left_out.append(spec.name)
             else:
-                failed.append(f"{spec.name} ({exc.core})")
+                failed.append(spec.name)
+                say(f"{spec.name}: failed: {exc.core}")
             continue
         say(line)
     if left_out:
         say(f"left out (no files in {os.path.abspath(from_dir or '')}): {', '.join(left_out)}")
     if failed:
-        say(f"failed: {'; '.join(failed)}")
+        way = "" if from_dir is not None else "; without the hub: `selfevo prepare data --from DIR` (DIR: a copy of " \
+                                               "the benchmark data folder)"
+        say(f"{len(failed)} of {len(specs)} failed: {', '.join(failed)}{way}")
     return 1 if failed else 0
 
 
