@@ -3,7 +3,8 @@ import os
 import pytest
 import torch
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# OMP_NUM_THREADS when set (tests/test_portable.py runs the float pins at 1 and 2 threads), else up to 2.
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or min(2, os.cpu_count() or 1)))
 
 
 @pytest.fixture

@@ -8,21 +8,38 @@ layers and the LM head) computes through its packed copy; the packed copies are 
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 from contextlib import ExitStack
 
 import torch
 
 
+@functools.cache
 def onednn_ops():
-    """vLLM's custom CPU ops if they offer oneDNN GEMMs, else None."""
+    """vLLM's custom CPU ops if they offer oneDNN GEMMs that run bf16 on this CPU, else None (then callers use
+    torch's own matmul: the same products, without the packing)."""
     if importlib.util.find_spec("vllm") is None or torch.cuda.is_available():
         return None
     try:
         from vllm import _custom_ops as ops
     except Exception:  # a vLLM build without CPU kernels
         return None
-    return ops if getattr(ops, "_supports_onednn", False) else None
+    if not getattr(ops, "_supports_onednn", False):
+        return None
+    return ops if _bf16_gemm_runs(ops) else None
+
+
+def _bf16_gemm_runs(ops) -> bool:
+    """Whether oneDNN can build a bf16 GEMM on this CPU. The build says it supports oneDNN, but a CPU without
+    AVX-512 BF16 or AMX (an AVX2-only x86, or ``ONEDNN_MAX_CPU_ISA=AVX2``) has no bf16 matmul primitive: creating one
+    raises ``RuntimeError: could not create a primitive descriptor``."""
+    try:
+        weight = torch.zeros(16, 16, dtype=torch.bfloat16)
+        ops.onednn_mm(ops.create_onednn_mm(weight.t(), 32), torch.zeros(2, 16, dtype=torch.bfloat16), None)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _packed_forward(module: torch.nn.Linear, ops):

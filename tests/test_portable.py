@@ -1,0 +1,49 @@
+"""The float pins hold on another CPU: the tests that compare floats computed through torch's CPU kernels run again
+in a subprocess under each kernel setting that stands in for a different machine on this one.
+
+- ``ATEN_CPU_CAPABILITY=default`` / ``avx2``: ATen's vectorised kernels as on a CPU without AVX-512 (or without
+  any AVX);
+- ``MKL_ENABLE_INSTRUCTIONS=AVX2`` and ``ONEDNN_MAX_CPU_ISA=AVX2``: the BLAS and oneDNN code paths of an AVX2-only
+  CPU (an AMD Zen 2/3 or an older Xeon);
+- ``OMP_NUM_THREADS=1`` and ``2``: other summation orders in multi-threaded reductions.
+
+A pin that holds only on the machine it was written on fails here, on any machine. The files below are every test
+file with a tolerance under 1e-6, a bit-for-bit comparison (``torch.equal``) or a golden checksum of a float that
+passes through torch kernels (found with ``grep -E "approx\\(|allclose|assert_close|torch.equal"``); files whose
+float comparisons are all pure-Python arithmetic are left out.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FLOAT_PIN_FILES = [
+    "tests/test_golden_comas.py", "tests/test_setups_golden.py", "tests/test_engine_hf.py",
+    "tests/test_objectives.py", "tests/test_kit_optimizers.py", "tests/test_rewards.py", "tests/test_adamw.py",
+    "tests/test_policy.py", "tests/test_stats.py", "tests/test_kit_rewards.py", "tests/test_maestro.py",
+]
+
+SETTINGS = {
+    "aten-default-1thread": {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"},
+    "aten-avx2-2threads": {"ATEN_CPU_CAPABILITY": "avx2", "OMP_NUM_THREADS": "2"},
+    "mkl-onednn-avx2-1thread": {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                                "OMP_NUM_THREADS": "1"},
+    "native-1thread": {"OMP_NUM_THREADS": "1"},
+    "native-2threads": {"OMP_NUM_THREADS": "2"},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", sorted(SETTINGS))
+def test_float_pins_hold_under_other_kernels(setting):
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS",
+                                                             "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")}
+    env.update(SETTINGS[setting])
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+                           *FLOAT_PIN_FILES], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    tail = "\n".join(proc.stdout.splitlines()[-25:])
+    assert proc.returncode == 0, f"{setting}: float pins fail under {SETTINGS[setting]}:\n{tail}"
