@@ -50,6 +50,7 @@ from selfevo.loop.scalars import ScalarLog
 from selfevo.optimizers import OPTIMIZERS, OptimCfg, train_agents
 from selfevo.optimizers.schedule import lr_at
 from selfevo.types import SamplingParams, Task
+from selfevo.verifiers.sandbox import take_fs_modes
 
 LOGS = ("metrics.jsonl", "episodes.jsonl")
 # the command line a run was launched with: set by ``selfevo.cli.main`` (its argv, also when called in-process)
@@ -187,8 +188,6 @@ class Loop:
         every = self.cfg.eval.every
         if every and ((step + 1) % every == 0 or step == self.cfg.trainer.max_steps - 1):
             metrics["eval"] = self.evaluate()  # every rank: the runner splits the held-out tasks
-        from selfevo.verifiers.sandbox import take_fs_modes
-
         sandbox_fs = take_fs_modes()  # this process's code-verifier jobs per sandbox filesystem mode
         if sandbox_fs:
             metrics["sandbox_fs"] = sandbox_fs
