@@ -22,8 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 FLOAT_PIN_FILES = [
-    "tests/test_golden_comas.py", "tests/test_golden_recipes.py", "tests/test_setups_golden.py", "tests/test_engine_hf.py",
-    "tests/test_objectives.py", "tests/test_kit_optimizers.py", "tests/test_rewards.py", "tests/test_adamw.py",
+    "tests/test_golden_comas.py", "tests/test_golden_recipes.py", "tests/test_setups_golden.py",
+    "tests/test_engine_hf.py", "tests/test_objectives.py", "tests/test_kit_optimizers.py", "tests/test_rewards.py", "tests/test_adamw.py",
     "tests/test_policy.py", "tests/test_stats.py", "tests/test_kit_rewards.py", "tests/test_maestro.py",
 ]
 
