@@ -21,7 +21,7 @@ import argparse
 
 from selfevo.config import load_config
 from selfevo.interaction import Ask, Episode
-from selfevo.loop import Loop, RunCfg, load_entries
+from selfevo.loop import Loop, Phase, RunCfg, load_entries
 from selfevo.rewards import build_sources
 from selfevo.tasks import format_prompt
 
@@ -60,8 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         reward = composed(args.rewards)
         program = think_then_answer(loop.agents)
         for step in loop.steps():
-            episodes = loop.rollout(step, tasks, program, "compose")
-            loop.end_step(step, episodes, loop.reward_and_train(episodes, reward))
+            loop.end_step(step, *loop.run_step(step, [Phase("compose", loop.batch(tasks, step), program, reward)]))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import argparse
 
 from selfevo.config import load_config
 from selfevo.interaction import Episode, ask
-from selfevo.loop import Loop, RunCfg, load_entries
+from selfevo.loop import Loop, Phase, RunCfg, load_entries
 from selfevo.rewards import REWARD_SOURCES
 from selfevo.roles import HistoryItem, get_role
 
@@ -54,8 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         program = debate(get_role("generic.solver"), loop.agents, args.rounds)
         reward = REWARD_SOURCES.get("verifier")(roles=("final",))  # earlier rounds carry no reward: not trained
         for step in loop.steps():
-            episodes = loop.rollout(step, tasks, program, "debate")
-            loop.end_step(step, episodes, loop.reward_and_train(episodes, reward))
+            loop.end_step(step, *loop.run_step(step, [Phase("debate", loop.batch(tasks, step), program, reward)]))
 
 if __name__ == "__main__":
     main()

@@ -4,10 +4,9 @@ worst answer is a preference pair for TRL's DPOTrainer on the SAME LoRA adapter 
 
     python examples/srlm.py --steps 1 --output runs/srlm [--judges 3] [key=value ...]   # embedded model, GSM8K
 
-Departures: a step is one small iteration (DPO reference: the adapter before it, M_t) on a fixed prompt set (SRLM
-writes new prompts; 3 iterations, thousands of pairs); no seed IFT/EFT data; the judge prompt shortened and its answer
-made to start with "Score: " (SRLM's judge justifies first: a 135M model never writes the format); LoRA; GSM8K, so
-the log can say whether the self-judge prefers correct answers (``chosen_correct`` vs ``rejected_correct``).
+Departures: a step is one small iteration (DPO reference: the adapter before it, M_t) on a fixed prompt set (SRLM:
+new prompts, 3 iterations, thousands of pairs); no seed IFT/EFT data; a shorter judge prompt whose answer starts with
+"Score: " (a 135M model never writes SRLM's format); LoRA; GSM8K (``chosen_correct`` vs ``rejected_correct``).
 """
 import argparse
 import re
@@ -17,8 +16,9 @@ from trl import DPOConfig, DPOTrainer
 
 from selfevo.config import load_config
 from selfevo.interaction import Ask, Episode, ask
-from selfevo.loop import Loop, RunCfg, load_entries
-from selfevo.loop.metrics import mean, turn_metrics
+from selfevo.loop import Loop, Phase, RunCfg, Update, load_entries
+from selfevo.loop.metrics import mean
+from selfevo.rewards import RewardResult
 from selfevo.roles import Parsed, get_role, strip_special_tokens
 from selfevo.verifiers import verify
 
@@ -42,26 +42,30 @@ def self_judged(solver, agent: str, k: int, judges: int):
     return program
 
 
-def preference_pairs(episodes: list[Episode]) -> tuple[list[dict], dict]:
-    """Answer reward: its mean parsed score; per prompt, the best vs the worst answer (if they differ) = a DPO pair."""
-    pairs, right, fails = [], [], []
+def preference_pairs(episodes: list[Episode]) -> RewardResult:
+    """Reward source: an answer's reward is its mean parsed judge score (judgements: masked); per prompt, the best vs
+    the worst answer (if they differ) is a DPO pair, kept in the episode's ``meta["pair"]``."""
+    out, right, fails = [], [], []
     for ep in episodes:
         judges = [j for j in ep.turns if j.role == "judge"]
         fails += [not j.parsed.ok for j in judges]
-        for i, a in enumerate(ep.turns):  # an unparsed score is None: left out of the mean
-            a.reward = mean(j.parsed.value for j in judges if j.refs["solution"] == i) if a.role == "solver" else None
-        ranked = sorted((t for t in ep.turns if t.reward is not None), key=lambda t: t.reward)
-        if len(ranked) > 1 and ranked[-1].reward > ranked[0].reward:
-            pairs.append({k: t.completion.request.messages + [{"role": "assistant", "content": strip_special_tokens(
-                t.text)}] for k, t in (("chosen", ranked[-1]), ("rejected", ranked[0]))})
-            right.append([verify(ep.task, t.text).score >= 1.0 for t in (ranked[-1], ranked[0])])
-    return pairs, {"pairs": len(pairs), "judge_parse_failure_rate": mean(fails),
-                   "chosen_correct": mean(r[0] for r in right), "rejected_correct": mean(r[1] for r in right)}
+        out.append(rewards := {i: mean(j.parsed.value for j in judges if j.refs["solution"] == i)  # unparsed: left out
+                               if a.role == "solver" else None for i, a in enumerate(ep.turns)})
+        ranked = sorted((i for i in rewards if rewards[i] is not None), key=rewards.get)
+        if len(ranked) > 1 and rewards[ranked[-1]] > rewards[ranked[0]]:
+            best, worst = ep.turns[ranked[-1]], ep.turns[ranked[0]]
+            ep.meta["pair"] = {k: t.completion.request.messages + [{"role": "assistant", "content":
+                               strip_special_tokens(t.text)}] for k, t in (("chosen", best), ("rejected", worst))}
+            right.append([verify(ep.task, t.text).score >= 1.0 for t in (best, worst)])
+    return RewardResult(out, {"pairs": len(right), "judge_parse_failure_rate": mean(fails), "chosen_correct":
+                              mean(r[0] for r in right), "rejected_correct": mean(r[1] for r in right)})
 
 
-def dpo(loop: Loop, agent: str, pairs: list[dict]) -> dict:
-    """One DPO pass over the pairs with TRL (one optimizer step), on the agent's own adapter and AdamW state."""
-    t = loop.cfg.trainer
+def dpo_update(loop: Loop, episodes: list[Episode], agent: str = "default") -> dict:
+    """The step's update: one DPO step with TRL over its pairs (if any) on the agent's own adapter and AdamW state."""
+    t, pairs = loop.cfg.trainer, [ep.meta["pair"] for ep in episodes if "pair" in ep.meta]
+    if not pairs:
+        return {}
     with loop.store.lend(agent) as (model, tokenizer):
         args = DPOConfig(str(loop.dir / "dpo"), beta=0.1, per_device_train_batch_size=t.micro_batch, logging_steps=1,
                          gradient_accumulation_steps=-(-len(pairs) // t.micro_batch), num_train_epochs=t.epochs,
@@ -69,7 +73,7 @@ def dpo(loop: Loop, agent: str, pairs: list[dict]) -> dict:
                          bf16=False, use_cpu=model.device.type == "cpu", seed=loop.cfg.seed, save_strategy="no")
         (trainer := DPOTrainer(model, args=args, train_dataset=Dataset.from_list(pairs), processing_class=tokenizer,
                                optimizers=(loop.store.optimizer(agent), None))).train()
-    return [h for h in trainer.state.log_history if "loss" in h][-1]  # loss, rewards/margins, rewards/accuracies...
+    return {agent: [h for h in trainer.state.log_history if "loss" in h][-1]}  # loss, rewards/margins, ...
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -87,12 +91,9 @@ def main(argv: list[str] | None = None) -> None:
     with Loop(cfg, agents=["default"]) as loop:  # TRL's DPOTrainer copies the adapter named "default" as its reference
         tasks = loop.tasks(default=lambda: load_entries(["gsm8k:train"], limit=500))
         program = self_judged(get_role("generic.solver"), "default", args.samples, args.judges)
-        for step in loop.steps():
-            episodes = loop.runner(step).run([Episode(t, key=f"{i}:{t.id}")
-                                              for i, t in enumerate(loop.batch(tasks, step))], program, "srlm")
-            pairs, metrics = preference_pairs(episodes)
-            loop.end_step(step, episodes, {**turn_metrics(episodes, loop.agents), **metrics,
-                                           "dpo": dpo(loop, "default", pairs) if pairs else None})
+        for step in loop.steps():  # rollout, self-judged rewards, one DPO pass through TRL: the kit's step skeleton
+            phase = Phase("srlm", loop.batch(tasks, step), program, preference_pairs)
+            loop.end_step(step, *loop.run_step(step, [phase], [Update(fn=dpo_update)]))
 
 
 if __name__ == "__main__":

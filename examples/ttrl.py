@@ -23,7 +23,7 @@ import argparse
 
 from selfevo.config import load_config
 from selfevo.interaction import Episode, ask
-from selfevo.loop import Loop, RunCfg, load_entries
+from selfevo.loop import Loop, Phase, RunCfg, load_entries
 from selfevo.rewards import REWARD_SOURCES
 from selfevo.roles import get_role
 
@@ -53,8 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         program = sample(get_role("generic.solver"), loop.agents[0], args.samples)
         reward = REWARD_SOURCES.get("majority_vote")(roles=("solver",))
         for step in loop.steps():
-            episodes = loop.rollout(step, tasks, program, "ttrl")
-            loop.end_step(step, episodes, loop.reward_and_train(episodes, reward))
+            loop.end_step(step, *loop.run_step(step, [Phase("ttrl", loop.batch(tasks, step), program, reward)]))
 
 
 if __name__ == "__main__":

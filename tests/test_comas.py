@@ -8,7 +8,7 @@ import torch
 
 from selfevo import cli
 from selfevo.algorithms import comas
-from selfevo.interaction import Runner
+from selfevo.interaction import Episode, Runner
 from selfevo.loop import task_batch
 from selfevo.rewards import assign, build_sources
 from selfevo.types import Completion, SamplingParams, Task
@@ -38,7 +38,8 @@ def discussion(engine, variant="full", semantics="paper", on_parse_failure="mask
     source = build_sources([own], on_parse_failure=on_parse_failure)
 
     def run(d, tasks):
-        eps = Runner(engine, SamplingParams(), "0").run(comas.episodes_of(tasks), comas.PROGRAMS[semantics](d))
+        eps = Runner(engine, SamplingParams(), "0").run([Episode(t, key=f"{i}:{t.id}") for i, t in enumerate(tasks)],
+                                                     comas.PROGRAMS[semantics](d))
         assign(eps, source(eps))
         return eps
 

@@ -111,7 +111,7 @@ def test_srlm_smoke_trains_the_adapter_with_trl_dpo(tmp_path, monkeypatch):
     srlm.main(["--steps", "1", "--output", str(out), *TINY])
     (m,) = read(out, "metrics.jsonl")
     assert m["pairs"] == 2 and m["judge_parse_failure_rate"] == 0.0
-    assert {"loss", "rewards/margins", "rewards/accuracies"} <= set(m["dpo"])
+    assert {"loss", "rewards/margins", "rewards/accuracies"} <= set(m["train"]["default"])
     episodes = read(out, "episodes.jsonl")
     assert [t["role"] for t in episodes[0]["turns"]] == ["solver"] * 4 + ["judge"] * 4
     adapter = load_file(str(out / "adapters" / "step_0" / "default" / "adapter_model.safetensors"))
@@ -131,8 +131,10 @@ def test_srlm_preference_pairs_best_vs_worst_by_mean_judge_score():
     judged = [(0, Parsed.success(5)), (1, Parsed.success(2)), (2, Parsed.failure("no score")), (0, Parsed.success(3))]
     ep = Episode(MATH, [turn("solver", t) for t in ("\\boxed{2}", "\\boxed{3}", "\\boxed{4}")] +
                  [turn("judge", "", p, {"solution": i}) for i, p in judged])
-    pairs, metrics = load("srlm").preference_pairs([ep, Episode(MATH, [turn("solver", "\\boxed{2}")])])
-    assert [t.reward for t in ep.turns] == [4.0, 2.0, None, None, None, None, None]
+    episodes = [ep, Episode(MATH, [turn("solver", "\\boxed{2}")])]
+    result = load("srlm").preference_pairs(episodes)
+    assert result.rewards[0] == {0: 4.0, 1: 2.0, 2: None, 3: None, 4: None, 5: None, 6: None}
+    pairs, metrics = [e.meta["pair"] for e in episodes if "pair" in e.meta], result.metrics
     question = {"role": "user", "content": "1+1?"}
     assert pairs == [{"chosen": [question, {"role": "assistant", "content": "\\boxed{2}"}],
                       "rejected": [question, {"role": "assistant", "content": "\\boxed{3}"}]}]

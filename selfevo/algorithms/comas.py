@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 from selfevo.config import SamplingCfg, opt
 from selfevo.interaction import Episode, ask
-from selfevo.loop import DataCfg, Loop, RunCfg, rollout_timing, timed, update_timing
-from selfevo.loop.metrics import precision_recall, turn_metrics
-from selfevo.rewards import assign, build_sources
+from selfevo.loop import DataCfg, Loop, Phase, RunCfg, Update
+from selfevo.loop.metrics import precision_recall
+from selfevo.rewards import build_sources
 from selfevo.roles.base import HistoryItem, Role
 from selfevo.roles.comas import comas_roles
 from selfevo.tasks import comas_training_mix
@@ -197,26 +197,15 @@ def reward_source(cfg):
     return build_sources([own, *cfg.reward.sources], on_parse_failure=cfg.reward.on_parse_failure)
 
 
-def episodes_of(tasks: list[Task]) -> list[Episode]:
-    """One episode per task of the step, keyed by its position and task id (the key of its seeds)."""
-    return [Episode(t, key=f"{i}:{t.id}") for i, t in enumerate(tasks)]
-
-
 # ---- the loop ---------------------------------------------------------------------------------------------------
-def run_step(loop: Loop, step: int, tasks: list[Task], roles: dict, reward) -> tuple[list[Episode], dict]:
-    cfg = loop.cfg
-    d = DISCUSSIONS[cfg.protocol.semantics](roles, loop.agents, cfg.protocol, f"{cfg.seed}/{step}")
-    runner = loop.runner(step)
-    episodes, rollout_s = timed(runner.run, episodes_of(loop.batch(tasks, step)), PROGRAMS[cfg.protocol.semantics](d),
-                                "rollout")
-    rewards = reward(episodes)
-    assign(episodes, rewards)
-    group_by = (lambda t: t.role) if cfg.reward.normalise == "agent_role" else None
-    train, update_s = timed(loop.train, episodes, group_by)
-    metrics = {**turn_metrics(episodes, loop.agents), **rewards.metrics,
-               **precision_recall(episodes, cfg.reward.correct_threshold), "train": train,
-               **rollout_timing(rollout_s, runner), **update_timing(update_s, train)}
-    return episodes, metrics
+def step_of(loop: Loop, step: int, tasks: list[Task], roles: dict, reward) -> tuple[list[Episode], dict]:
+    """One discussion per task of the step's batch, the variant's reward, one REINFORCE++ update per agent
+    (advantages whitened per agent, or per agent and role); App. G's precision/recall of the solution rewards."""
+    p, r = loop.cfg.protocol, loop.cfg.reward
+    program = PROGRAMS[p.semantics](DISCUSSIONS[p.semantics](roles, loop.agents, p, f"{loop.cfg.seed}/{step}"))
+    group_by = (lambda t: t.role) if r.normalise == "agent_role" else None
+    return loop.run_step(step, [Phase("rollout", loop.batch(tasks, step), program, reward)],
+                         [Update(group_by=group_by)], metrics=lambda eps: precision_recall(eps, r.correct_threshold))
 
 
 def main(cfg) -> None:
@@ -226,4 +215,4 @@ def main(cfg) -> None:
                                                       data_root=d.data_root, source=d.source))
         roles, reward = make_roles(cfg.protocol), reward_source(cfg)
         for step in loop.steps():
-            loop.end_step(step, *run_step(loop, step, tasks, roles, reward))
+            loop.end_step(step, *step_of(loop, step, tasks, roles, reward))

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from selfevo.algorithms.maestro_protocol import MODES, MaestroProtocol, maestro_metrics
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, Turn
-from selfevo.loop import DataCfg, EvalCfg, Loop, RunCfg, TrainerCfg, rollout_timing, timed, update_timing
-from selfevo.loop.metrics import mean, turn_metrics
+from selfevo.loop import DataCfg, EvalCfg, Loop, Phase, RunCfg, TrainerCfg, Update
+from selfevo.loop.metrics import mean
 from selfevo.optimizers import OPTIMIZERS
-from selfevo.rewards import assign, build_sources
+from selfevo.rewards import build_sources, labelled, weighted_sum
 from selfevo.roles.maestro import VIEWS, central_spans
 from selfevo.tasks import load_tasks
 from selfevo.types import Task
@@ -162,32 +162,40 @@ def clpo_rows(tokenizer):
 
 
 # ---- the loop ---------------------------------------------------------------------------------------------------
-def run_step(loop: Loop, step: int, tasks: list[Task], executors: list, rewards: dict) -> tuple[list[Episode], dict]:
+def step_of(loop: Loop, step: int, tasks: list[Task], executors: list, reward) -> tuple[list[Episode], dict]:
+    """The MAESTRO rounds on the step's questions (G training samples per slate unless nothing trains), the slate
+    reward (and the executors' verifier reward), then the central agent's update (one slate per group, kept in one
+    micro-batch; CLPO's masks as extras) and, with ``protocol.train_executors``, GRPO of the executors."""
     cfg = loop.cfg
     verdict = cached_verdict()
     samples = 0 if cfg.trainer.optimizer == "none" else cfg.protocol.central_samples
     proto = make_protocol(cfg, executors, step, verdict, samples)
-    batch = [Episode(t, key=f"{i}:{t.id}") for i, t in enumerate(loop.batch(tasks, step))]
-    runner = loop.runner(step)
-    episodes, rollout_s = timed(runner.run, batch, proto.program, "rollout")
-    results = {name: source(episodes) for name, source in rewards.items()}
-    for result in results.values():
-        assign(episodes, result)
     slate = lambda t: t.meta["slate"]  # noqa: E731  (one slate's G samples: a group, kept in one micro-batch)
     tok = loop.store.backbones[loop.store.agent_backbone["central"]].tokenizer
-    extras = clpo_rows(tok) if cfg.trainer.optimizer == "clpo" else None
-    train, update_s = timed(loop.train, episodes, group_by=slate, keep_together=slate, extras=extras,
-                            agents=["central"])
+    updates = [Update(agents=["central"], group_by=slate, keep_together=slate,
+                      extras=clpo_rows(tok) if cfg.trainer.optimizer == "clpo" else None)]
     if trained := [a for a in executors if a is not None]:
-        train.update(loop.train(episodes, agents=trained, optimizer=OPTIMIZERS.get("grpo")(loop.optim_cfg)))
-    sampled = [t.reward for e in episodes for t in e.turns if t.role == "central_sample"]
-    metrics = {"accuracy": mean(verdict(ep.task, ep.meta["final"]).score >= 1.0 for ep in episodes),
-               **maestro_metrics([ep.meta["rounds"] for ep in episodes], cfg.protocol.rounds),
-               "samples": {**results["central"].metrics, "reward": mean(sampled)},
-               **({"executor_accuracy": results["executors"].metrics["accuracy"]} if "executors" in results else {}),
-               **turn_metrics(episodes, loop.agents), "train": train,
-               **rollout_timing(rollout_s, runner), **update_timing(update_s, train)}
-    return episodes, metrics
+        updates.append(Update(agents=trained, optimizer=OPTIMIZERS.get("grpo")(loop.optim_cfg)))
+
+    def metrics(episodes: list[Episode]) -> dict:
+        sampled = [t.reward for e in episodes for t in e.turns if t.role == "central_sample"]
+        return {"accuracy": mean(verdict(ep.task, ep.meta["final"]).score >= 1.0 for ep in episodes),
+                **maestro_metrics([ep.meta["rounds"] for ep in episodes], cfg.protocol.rounds),
+                "samples": {"reward": mean(sampled)}}
+
+    return loop.run_step(step, [Phase("rollout", loop.batch(tasks, step), proto.program, reward)], updates,
+                         metrics=metrics)
+
+
+def reward_source(cfg):
+    """The slate reward of the central samples (metrics under ``samples``) and, when the executors train, their
+    candidates' verifier reward (``executor_accuracy``)."""
+    central = build_sources([{"name": "slate", "role": "central_sample", "credit_refs": ["rationale"],
+                              "on_parse_failure": cfg.reward.on_parse_failure}])
+    if not cfg.protocol.train_executors:
+        return labelled(central, section="samples")
+    executors = build_sources([{"name": "verifier", "roles": ["execution"]}])
+    return weighted_sum([(1.0, labelled(central, section="samples")), (1.0, labelled(executors, "executor_"))])
 
 
 def main(cfg) -> None:
@@ -195,11 +203,8 @@ def main(cfg) -> None:
     executors = [f"exec{i}" for i in range(n)] if cfg.protocol.train_executors else [None] * n
     options = ({"lambda_rank": c.lambda_rank, "lambda_ent": c.lambda_ent, "choice": c.choice, "rank": c.rank}
                if cfg.trainer.optimizer == "clpo" else None)
-    rewards = {"central": build_sources([{"name": "slate", "role": "central_sample", "credit_refs": ["rationale"],
-                                          "on_parse_failure": cfg.reward.on_parse_failure}])}
-    if cfg.protocol.train_executors:
-        rewards["executors"] = build_sources([{"name": "verifier", "roles": ["execution"]}])
     with Loop(cfg, agents=["central", *[a for a in executors if a]], optimizer_options=options) as loop:
         tasks = loop.tasks(lambda: load_tasks("gsm8k", "train", data_root=d.data_root, source=d.source))
+        reward = reward_source(cfg)
         for step in loop.steps():
-            loop.end_step(step, *run_step(loop, step, tasks, executors, rewards))
+            loop.end_step(step, *step_of(loop, step, tasks, executors, reward))

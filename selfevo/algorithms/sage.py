@@ -23,10 +23,9 @@ from dataclasses import dataclass
 
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, ask
-from selfevo.loop import DataCfg, Loop, RunCfg, TrainerCfg, checkpoint, rollout_timing, timed, update_timing
-from selfevo.loop.metrics import turn_metrics
+from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update, checkpoint
 from selfevo.loop.pool import QuestionPool
-from selfevo.rewards import REWARD_SOURCES, assign
+from selfevo.rewards import REWARD_SOURCES
 from selfevo.roles import get_role
 from selfevo.roles.sage import format_tags
 from selfevo.tasks import sage_seed_set
@@ -213,28 +212,27 @@ def start_pool(loop: Loop) -> QuestionPool:
     return QuestionPool.from_tasks(loop.tasks(lambda: sage_seed_set(loop.cfg.seed, d.data_root, d.source)))
 
 
-def run_step(loop: Loop, step: int, pool: QuestionPool, agents: Agents, rewards: dict) -> tuple[list, dict]:
-    cfg, p = loop.cfg, loop.cfg.protocol
-    rng = random.Random(f"{cfg.seed}/{step}/pool")
-    refs, items = pool.sample(rng, p.challenges) if p.challenges else [], pool.sample(rng, cfg.trainer.tasks_per_step)
-    runner = loop.runner(step)
-    challenges, t_challenge = timed(runner.run, [Episode(t, key=f"c{i}:{t.id}") for i, t in enumerate(refs)],
-                                    challenge_program(agents, p.solver_samples, p.tag_chain), "challenge")
-    solves, t_solve = timed(runner.run, [Episode(t, key=f"s{i}:{t.id}") for i, t in enumerate(items)],
-                            plan_solve_program(agents, p), "plan-solve")
-    reasons = [admit(ep, pool, p, step) for ep in challenges]
-    results = [rewards["challenge"](challenges), rewards["plan_solve"](solves)]
-    for eps, res in zip((challenges, solves), results):
-        assign(eps, res)
-    episodes = challenges + solves
+def step_of(loop: Loop, step: int, pool: QuestionPool, agents: Agents, rewards: dict) -> tuple[list, dict]:
+    """Algorithm 1, batched: the challenge phase on reference items and the plan-solve phase on items, both drawn
+    from the pool as it stands; then admission (lines 7-13) before the rewards, since they read s_q, r_d and the
+    verifier's validity; one Task-Relative REINFORCE++ update of every trained role's turns, grouped by role."""
+    p = loop.cfg.protocol
+    rng = random.Random(f"{loop.cfg.seed}/{step}/pool")
+    refs = pool.sample(rng, p.challenges) if p.challenges else []
+    items = pool.sample(rng, loop.cfg.trainer.tasks_per_step)
+
+    def admit_all(by_phase: dict) -> dict:
+        reasons = [admit(ep, pool, p, step) for ep in by_phase["challenge"]]
+        for ep, reason in zip(by_phase["challenge"], reasons):
+            ep.meta["admission"] = reason or "admitted"
+        return pool_metrics(reasons, pool)
+
     trained = {r for r in ROLES if getattr(p, f"train_{r}")}
-    train, update_s = timed(loop.train, episodes, lambda t: t.role, None, lambda t: t.role in trained)
-    metrics = {**pool_metrics(reasons, pool), **turn_metrics(episodes, loop.agents), **results[0].metrics,
-               **results[1].metrics, "train": train,
-               **rollout_timing(t_challenge + t_solve, runner), **update_timing(update_s, train)}
-    for ep, reason in zip(challenges, reasons):
-        ep.meta["admission"] = reason or "admitted"
-    return episodes, metrics
+    phases = [Phase("challenge", refs, challenge_program(agents, p.solver_samples, p.tag_chain), rewards["challenge"],
+                    key="c"),
+              Phase("plan-solve", items, plan_solve_program(agents, p), rewards["plan_solve"], key="s")]
+    return loop.run_step(step, phases, [Update(group_by=lambda t: t.role, include=lambda t: t.role in trained)],
+                         after_rollout=admit_all)
 
 
 def main(cfg) -> None:
@@ -245,5 +243,5 @@ def main(cfg) -> None:
                    "plan_solve": REWARD_SOURCES.get("sage_plan_solve")(format_tags, p.beta, p.lambda_plan,
                                                                        p.lambda_f, (p.w_plan, p.w_correct, p.w_format))}
         for step in loop.steps():
-            episodes, metrics = run_step(loop, step, pool, agents, rewards)
+            episodes, metrics = step_of(loop, step, pool, agents, rewards)
             loop.end_step(step, episodes, metrics, files={"pool.jsonl": pool.to_jsonl()})

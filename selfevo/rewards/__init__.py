@@ -4,7 +4,7 @@ from selfevo.rewards.formulas import *  # noqa: F401,F403
 from selfevo.rewards.formulas import __all__ as _formulas
 from selfevo.rewards import sage  # noqa: F401,E402  (registers SAGE's sources)
 from selfevo.rewards.sources import (REWARD_SOURCES, RewardResult, RewardSource, assign, build_sources, gated,
-                                     weighted_sum)
+                                     labelled, weighted_sum)
 
 __all__ = list(_formulas) + ["REWARD_SOURCES", "RewardResult", "RewardSource", "assign", "build_sources", "gated",
-                             "weighted_sum"]
+                             "labelled", "weighted_sum"]

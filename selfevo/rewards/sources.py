@@ -314,6 +314,18 @@ def gated(source: RewardSource, gate: RewardSource, threshold: float, otherwise:
     return gated_source
 
 
+def labelled(source: RewardSource, prefix: str = "", section: str | None = None) -> RewardSource:
+    """``source`` whose metrics are renamed ``prefix + key``, and put under ``section`` when given (two sources of
+    one step whose metric names would clash: MAESTRO's executors' ``accuracy`` beside its own)."""
+
+    def labelled_source(episodes: list[Episode]) -> RewardResult:
+        res = source(episodes)
+        metrics = {prefix + k: v for k, v in res.metrics.items()}
+        return RewardResult(res.rewards, {section: metrics} if section else metrics)
+
+    return labelled_source
+
+
 def build_sources(specs: Sequence[str | Mapping], **defaults) -> RewardSource:
     """Sources from config: ``"verifier"``, ``"verifier:0.5"`` (name:weight) or ``{"name": ..., "weight": ...,
     **options}``; several are summed with their weights (:func:`weighted_sum`). ``defaults`` go to every source
