@@ -145,3 +145,115 @@ def test_admitted_code_items_verify_again_through_selfevo_verify(tmp_path, capsy
     assert cli.main(["verify", "--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]) == 0
     scores = [json.loads(x)["score"] for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert scores == [1.0, 0.0] * len(added)
+
+
+# ---- fidelity: Norm(1), duplicates, empty plans, Algorithm 1's order, invalid verifiers, what the pool admits ------
+from selfevo.algorithms.sage import Agents, SageProtocolCfg, admit, plan_solve_program, pool_metrics  # noqa: E402
+from selfevo.interaction import Episode, Turn  # noqa: E402
+from selfevo.rewards import REWARD_SOURCES  # noqa: E402
+from selfevo.roles import get_role  # noqa: E402
+from selfevo.roles.sage import format_tags  # noqa: E402
+from selfevo.types import Completion, Request, Task  # noqa: E402
+
+REF = Task("s0", "math", "What is 1 + 2?", "3", meta={"verifier": "math"})
+CODE_REF = Task("c0", "code", "Write a function g0 that returns 0.", tests="assert g0() == 0", entry_point="g0",
+                meta={"verifier": "code", "reference_solution": "def g0():\n    return 0\n"})
+
+
+def _turn(role: str, text: str, parsed=None, refs=None) -> Turn:
+    req = Request("sage", [{"role": "user", "content": "q"}])
+    return Turn("sage", role, Completion(req, [1], [2], [0.0], text, "stop"), parsed, refs=refs or {})
+
+
+def challenge(answer: str, score: int, solved: list[str] = (), ref: Task = REF) -> Episode:
+    """A challenge episode as the program leaves it: the Challenger's turn, the Critic's and the difficulty samples."""
+    ch = _turn("challenger", answer, get_role("sage.challenger").parse(answer, reference=ref))
+    critic = _turn("critic", f"<score>{score}</score>", get_role("sage.critic").parse(f"<score>{score}</score>"))
+    return Episode(ref, [ch, critic, *[_turn("difficulty", s) for s in solved]])
+
+
+def challenger_reward(ep: Episode, **options) -> float:
+    return REWARD_SOURCES.get("sage_challenge")(format_tags, 0.7, **options)([ep]).rewards[0][0]
+
+
+QUESTION = "<question>A shop sells 4 pens for 8 dollars. What does one pen cost?</question><answer>2</answer>"
+
+
+def test_a_critic_score_of_1_is_the_bottom_of_the_scale_by_default(tmp_path):
+    pool = QuestionPool.from_tasks([REF])
+    ep = challenge(QUESTION, 1, ["\\boxed{2}"])
+    assert admit(ep, pool, SageProtocolCfg(), 0) == "low quality" and ep.meta["s_q"] == 0.0 and len(pool) == 1
+    literal = challenge(QUESTION, 1, ["\\boxed{2}"])  # Eq. 2 read literally: 1 -> 1.0, admitted and paid Eq. 5
+    assert admit(literal, pool, SageProtocolCfg(norm_one_is_max=True), 0) is None and literal.meta["s_q"] == 1.0
+    assert len(pool) == 2
+
+
+def test_a_rejected_duplicate_is_paid_as_not_admitted_unless_asked():
+    pool = QuestionPool.from_tasks([REF])
+    first, dup = challenge(QUESTION, 10, ["\\boxed{3}"]), challenge(QUESTION, 10, ["\\boxed{3}"])
+    assert admit(first, pool, SageProtocolCfg(), 0) is None
+    assert admit(dup, pool, SageProtocolCfg(), 0) == "duplicate" and dup.meta["duplicate"]
+    r_f = 1.0  # both tags present once
+    s_q, r_d = 1.0, 1.0  # score 10; the one sample was wrong
+    assert challenger_reward(first) == pytest.approx((s_q + r_d + r_f) / 3)  # Eq. 5
+    assert challenger_reward(dup) == pytest.approx((s_q + r_f) / 2)  # Eq. 6
+    assert challenger_reward(dup, pay_duplicates=True) == pytest.approx((s_q + r_d + r_f) / 3)
+
+
+def test_an_empty_plan_is_not_shown_and_not_paid():
+    p = SageProtocolCfg(planner_prefix="<plan>")
+    program = plan_solve_program(Agents.build(p), p)(ep := Episode(REF))
+    planner_ask = next(program)
+    planner = _turn("planner", "</plan>", planner_ask.parser(planner_ask.prefix + "</plan>"))  # wrote nothing
+    critic_ask = program.send(planner)
+    critic = _turn("critic", "<score>9</score>", critic_ask.parser("<score>9</score>"), {"target": 0})
+    solver_ask = program.send(critic)
+    assert "Follow this plan" not in solver_ask.messages[-1]["content"] and ep.meta["plan_shown"] is False
+    ep.turns = [planner, critic, _turn("solver", "<answer>\\boxed{3}</answer>")]
+    rewards = REWARD_SOURCES.get("sage_plan_solve")(format_tags)([ep]).rewards[0]
+    assert rewards[2] == pytest.approx(0.2 * 0.0 + 0.6 * 1.0 + 0.2 * 1.0)  # s̃_p = 0 although s_p = 8/9 ≥ β
+    ep.meta["plan_shown"] = True
+    shown = REWARD_SOURCES.get("sage_plan_solve")(format_tags)([ep]).rewards[0]
+    assert shown[2] == pytest.approx(0.2 * 8 / 9 + 0.6 * 1.0 + 0.2 * 1.0)
+
+
+def test_plan_solve_items_are_drawn_after_admission_as_in_algorithm_1(tmp_path):
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({"id": "s0", "domain": "math", "question": "What is 1 + 2?", "reference": "3"}) + "\n")
+
+    def solved_ids(out, *extra):
+        argv = [a if not a.startswith("data.tasks=") else f"data.tasks=[{one}]" for a in args(tmp_path, out)]
+        assert cli.main([*argv, "trainer.max_steps=1", "trainer.tasks_per_step=4", *extra]) == 0
+        return [e["task_id"] for e in lines(out / "episodes.jsonl") if e["turns"][0]["role"] == "planner"]
+
+    after = solved_ids(tmp_path / "after")
+    assert any(i.startswith("gen-") for i in after)  # this step's new items can be solved in the same step
+    assert set(solved_ids(tmp_path / "before", "protocol.sample_after_admission=false")) == {"s0"}
+
+
+@pytest.mark.parametrize("answer, ref, reason", [
+    ("<question>How many?</question><answer>\\frac{1}{</answer>", REF, "unparsable answer"),
+    ("<question>Add.</question><tests>assert 1 + 1 == 2</tests><solution>def f(x): return x</solution>", CODE_REF,
+     "format"),
+])
+def test_an_invalid_verifier_is_scored_by_the_critic_and_paid_eq_6(answer, ref, reason):
+    ep = challenge(answer, 9, ref=ref)
+    assert ep.turns[0].parsed.ok  # the item parses: the Critic scores it (the program asks no Solver for it)
+    assert admit(ep, QuestionPool.from_tasks([ref]), SageProtocolCfg(), 0) == reason and ep.meta["valid"] is False
+    s_q = 8 / 9
+    assert challenger_reward(ep) == pytest.approx((s_q + 1.0) / 2)  # Eq. 6 with the Critic's real score
+
+
+@pytest.mark.parametrize("answer, reason", [
+    ("<question>A box holds 12 pencils. How many boxes?</question><answer>12 pencils</answer>", "words in answer"),
+    ("<question>How many boxes are there?</question><answer>There are 5 boxes</answer>", "words in answer"),
+    ("<question>Is it solvable?</question><answer>No answer</answer>", "words in answer"),
+    ("<question>How many pencils are in 5 boxes?</answer>\n<answer>60 pencils</question><answer>12</answer>",
+     "answer in question"),
+    ("<question>What is 3 + 4? The answer is 7.</question><answer>7</answer>", "answer in question"),
+])
+def test_admission_rejects_items_that_cannot_be_a_verified_question(answer, reason):
+    pool = QuestionPool.from_tasks([REF])
+    ep = challenge(answer, 10, [])
+    assert admit(ep, pool, SageProtocolCfg(), 0) == reason and len(pool) == 1
+    assert pool_metrics([reason, None], pool)["rejected"] == {reason: 1}

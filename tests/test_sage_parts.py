@@ -94,12 +94,17 @@ def test_challenger_parses_a_good_math_item():
     ("<question>  </question><answer>33</answer>", "format: no <question>"),
     ("<question>How many?</question>", "format: no <answer>"),
     ("<question>How many?</question><answer></answer>", "format: no <answer>"),
-    ("<question>How many?</question><answer>\\frac{1}{</answer>", "unparsable answer: "),
-    ("<question>How many?</question><answer>???</answer>", "unparsable answer: "),
 ])
 def test_challenger_math_failures_start_with_a_reason_key(text, error):
     parsed = challenger().parse(text, reference=MATH_REF)
     assert not parsed.ok and parsed.value is None and parsed.error.startswith(error), parsed.error
+
+
+@pytest.mark.parametrize("answer", ["\\frac{1}{", "???"])
+def test_challenger_math_item_with_an_unparsable_answer_parses_and_fails_validation(answer):
+    """Every tag present: an item (the Critic scores it, SAGE Eq. 6), whose verifier admission rejects."""
+    parsed = challenger().parse(f"<question>How many?</question><answer>{answer}</answer>", reference=MATH_REF)
+    assert parsed.ok and validate_item(parsed.value) == "unparsable answer"
 
 
 def test_challenger_math_answer_may_be_boxed():
@@ -158,6 +163,13 @@ def test_wrong_reference_solution_fails_validation():
     (GOOD_CODE.replace("<tests>", "<test>"), "format: no <tests>"),
     (GOOD_CODE.replace("<solution>", "").replace("</solution>", ""), "format: no <solution>"),
     ("<question>Q</question><tests>```python\n```</tests><solution>def f(): pass</solution>", "format: no <tests>"),
+])
+def test_challenger_code_failures_start_with_a_reason_key(text, error):
+    parsed = challenger().parse(text, reference=CODE_REF)
+    assert not parsed.ok and parsed.error.startswith(error), parsed.error
+
+
+@pytest.mark.parametrize("text, detail", [
     ("<question>Q</question><tests>assert f(1) == </tests><solution>def f(x): return x</solution>",
      "format: the tests do not parse as Python"),
     ("<question>Q</question><tests>assert 1 + 1 == 2\nassert len([1]) == 1</tests><solution>def f(x): return x"
@@ -167,9 +179,11 @@ def test_wrong_reference_solution_fails_validation():
     ("<question>Q</question><tests>assert g(1) == 1</tests><solution>def f(x): return x</solution>",
      "format: the tests call g but the solution defines f"),
 ])
-def test_challenger_code_failures_start_with_a_reason_key(text, error):
+def test_challenger_code_item_with_invalid_tests_parses_and_fails_validation(text, detail):
+    """Every tag present: an item (the Critic scores it, SAGE Eq. 6), whose verifier admission rejects, saying why."""
     parsed = challenger().parse(text, reference=CODE_REF)
-    assert not parsed.ok and parsed.error.startswith(error), parsed.error
+    assert parsed.ok and validate_item(parsed.value) == "format"
+    assert explain_item(parsed.value).startswith(detail), explain_item(parsed.value)
 
 
 def test_challenger_parse_needs_a_reference():

@@ -19,6 +19,7 @@ advantages normalised per role (Eq. 1). The pool is saved with the checkpoint (`
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 from selfevo.config import ConfigError, SamplingCfg, opt
@@ -31,7 +32,8 @@ from selfevo.roles.sage import format_tags
 from selfevo.tasks import sage_seed_set
 from selfevo.types import Task
 from selfevo.verifiers import verify
-from selfevo.verifiers.validate import validate_item
+from selfevo.rewards.formulas import sage_difficulty, sage_norm, sage_plan_gate
+from selfevo.verifiers.validate import check_generated, static_check, validate_item
 
 ROLES = ("challenger", "planner", "solver", "critic")
 
@@ -44,6 +46,12 @@ class SageProtocolCfg:
     alpha: float = opt(0.7, "α: a new question enters the pool only if Norm(critic score) ≥ α", ge=0, le=1)
     beta: float = opt(0.3, "β: the Solver sees the plan only if Norm(critic score of the plan) ≥ β", ge=0, le=1)
     plan: bool = opt(True, "run the Planner (off: the Solver answers alone, reward ½ s_gt + ½ r_f)")
+    norm_one_is_max: bool = opt(False, "Eq. 2 taken literally: a Critic score of 1 ('very bad') normalises to 1.0 "
+                                       "(default: 1 is the bottom of the 1-10 scale the Critic is asked for, 0.0)")
+    pay_duplicates: bool = opt(False, "a question rejected as a duplicate still gets Eq. 5 (Alg. 1 literally: "
+                                      "D ∪ {q} is a no-op); default: Eq. 6, as for any item that is not admitted")
+    sample_after_admission: bool = opt(True, "Alg. 1 order: plan-solve items are drawn after this step's new items "
+                                             "entered the pool (false: drawn before the challenge phase)")
     difficulty_filter: bool = opt(False, "also reject new items whose r_d is outside [min, max] (not in Alg. 1)")
     min_difficulty: float = opt(0.0, "difficulty filter: lowest admitted r_d", ge=0, le=1)
     max_difficulty: float = opt(1.0, "difficulty filter: highest admitted r_d", ge=0, le=1)
@@ -114,7 +122,9 @@ CHAIN = {"math": ("question", "answer"), "code": ("question", "tests", "solution
 
 
 def challenge_program(a: Agents, n_samples: int, tag_chain: bool = False):
-    """Challenger (one turn, or one per tag with ``tag_chain``) → (Critic on the question ‖ N_s Solver samples)."""
+    """Challenger (one turn, or one per tag with ``tag_chain``) → (Critic on the question ‖ N_s Solver samples).
+    An item whose verifier fails a check that runs no code (:func:`prescreen`) is still scored by the Critic (it
+    gets Eq. 6 with that score) but not tried by the Solver: its r_d would not be used."""
 
     def program(ep: Episode):
         ch = yield from chained_challenger(a, ep) if tag_chain else single_challenger(a, ep)
@@ -123,10 +133,17 @@ def challenge_program(a: Agents, n_samples: int, tag_chain: bool = False):
         new = ch.parsed.value
         ep.meta["new_task"] = {"id": new.id, "question": new.question, "reference": new.reference,
                                "tests": new.tests, "entry_point": new.entry_point}
-        yield [a.ask("critic", new, refs={"target": ch}, subject="question")] + \
-              [a.ask("solver", new, label="difficulty") for _ in range(n_samples)]
+        solvers = [] if prescreen(new)[0] else [a.ask("solver", new, label="difficulty") for _ in range(n_samples)]
+        yield [a.ask("critic", new, refs={"target": ch}, subject="question"), *solvers]
 
     return program
+
+
+def prescreen(task: Task) -> tuple[str | None, str]:
+    """The admission checks that run no code: the verifier's format (:func:`static_check`) and what a generated item
+    must pass (:func:`check_generated`)."""
+    reason, detail = static_check(task)
+    return (reason, detail) if reason else check_generated(task)
 
 
 def single_challenger(a: Agents, ep: Episode):
@@ -148,17 +165,18 @@ def chained_challenger(a: Agents, ep: Episode):
 
 
 def plan_solve_program(a: Agents, p: SageProtocolCfg):
-    """Planner → Critic on the plan → Solver (with the plan iff Norm(s_p) ≥ β)."""
-    from selfevo.rewards.formulas import sage_norm, sage_plan_gate
+    """Planner → Critic on the plan → Solver (with the plan iff Norm(s_p) ≥ β and the plan is not empty); the
+    episode's ``meta["plan_shown"]`` says whether the Solver saw it (only then is it paid s̃_p, Eq. 10)."""
 
     def program(ep: Episode):
         plan = None
         if p.plan:
             planner = yield a.ask("planner", ep.task)
-            text = planner.parsed.value if planner.parsed.ok else planner.text
+            text = (planner.parsed.value if planner.parsed.ok else re.sub(r"</?plan>", "", planner.text)).strip()
             critic = yield a.ask("critic", ep.task, refs={"target": planner}, subject="plan", plan=text)
-            s_p = sage_norm(critic.parsed.value if critic.parsed.ok else None)
-            plan = text if sage_plan_gate(s_p, p.beta) else None
+            s_p = sage_norm(critic.parsed.value if critic.parsed.ok else None, one_is_min=not p.norm_one_is_max)
+            plan = text if sage_plan_gate(s_p, p.beta) and text else None
+            ep.meta["plan_shown"] = plan is not None
         yield a.ask("solver", ep.task, **({"plan": plan} if plan else {}))
 
     return program
@@ -166,25 +184,28 @@ def plan_solve_program(a: Agents, p: SageProtocolCfg):
 
 # ---- admission to the pool --------------------------------------------------------------------------------------
 def admit(ep: Episode, pool: QuestionPool, p: SageProtocolCfg, step: int) -> str | None:
-    """Algorithm 1 lines 7-13 for one challenge episode: fills ``ep.meta`` (s_q, r_d, valid) and adds the new item
-    to the pool; returns the rejection reason (None = admitted)."""
-    from selfevo.rewards.formulas import sage_difficulty, sage_norm
-
+    """Algorithm 1 lines 7-13 for one challenge episode: fills ``ep.meta`` (s_q, valid, r_d, duplicate) and adds the
+    new item to the pool; returns the rejection reason (None = admitted). The verifier is valid when
+    :func:`validate_item` (math: the answer parses; code: format, the reference passes twice) and
+    :func:`check_generated` (no words in a math answer, no answer in the question, a reference that verifies
+    against itself) accept it."""
     ch = [t for t in ep.turns if t.role == "challenger"][-1]
     if not ch.parsed.ok:
-        return "unparsable answer" if ch.parsed.error.startswith("unparsable answer") else "format"
+        return "format"
     new = ch.parsed.value
     critic = next(t for t in ep.turns if t.role == "critic")
-    ep.meta["s_q"] = s_q = sage_norm(critic.parsed.value if critic.parsed.ok else None)
+    ep.meta["s_q"] = s_q = sage_norm(critic.parsed.value if critic.parsed.ok else None,
+                                     one_is_min=not p.norm_one_is_max)
     if s_q < p.alpha:
         return "low quality"
-    reason = validate_item(new)
+    reason = prescreen(new)[0] or validate_item(new)
     ep.meta["valid"] = reason is None
     if reason is not None:
         return reason
     verdicts = [verify(new, t.text).score for t in ep.turns if t.role == "difficulty"]
     ep.meta["r_d"] = r_d = sage_difficulty(verdicts)
     if pool.contains(new.question):
+        ep.meta["duplicate"] = True
         return "duplicate"
     if p.difficulty_filter and not p.min_difficulty <= r_d <= p.max_difficulty:
         return "too easy" if r_d < p.min_difficulty else "too hard"
@@ -213,35 +234,37 @@ def start_pool(loop: Loop) -> QuestionPool:
 
 
 def step_of(loop: Loop, step: int, pool: QuestionPool, agents: Agents, rewards: dict) -> tuple[list, dict]:
-    """Algorithm 1, batched: the challenge phase on reference items and the plan-solve phase on items, both drawn
-    from the pool as it stands; then admission (lines 7-13) before the rewards, since they read s_q, r_d and the
-    verifier's validity; one Task-Relative REINFORCE++ update of every trained role's turns, grouped by role."""
+    """Algorithm 1, batched: the challenge phase on reference items drawn from the pool, admission (lines 7-13)
+    right after it, then the plan-solve phase on items drawn from the pool as admission left it (line 16; drawn
+    before the challenge phase with ``protocol.sample_after_admission=false``); rewards; one Task-Relative
+    REINFORCE++ update of every trained role's turns, advantages normalised per role."""
     p = loop.cfg.protocol
     rng = random.Random(f"{loop.cfg.seed}/{step}/pool")
     refs = pool.sample(rng, p.challenges) if p.challenges else []
-    items = pool.sample(rng, loop.cfg.trainer.tasks_per_step)
+    draw = lambda: pool.sample(rng, loop.cfg.trainer.tasks_per_step)  # noqa: E731
+    items = draw if p.sample_after_admission else draw()
 
-    def admit_all(by_phase: dict) -> dict:
-        reasons = [admit(ep, pool, p, step) for ep in by_phase["challenge"]]
-        for ep, reason in zip(by_phase["challenge"], reasons):
+    def admit_all(challenges: list[Episode]) -> dict:
+        reasons = [admit(ep, pool, p, step) for ep in challenges]
+        for ep, reason in zip(challenges, reasons):
             ep.meta["admission"] = reason or "admitted"
         return pool_metrics(reasons, pool)
 
     trained = {r for r in ROLES if getattr(p, f"train_{r}")}
     phases = [Phase("challenge", refs, challenge_program(agents, p.solver_samples, p.tag_chain), rewards["challenge"],
-                    key="c"),
+                    key="c", after=admit_all),
               Phase("plan-solve", items, plan_solve_program(agents, p), rewards["plan_solve"], key="s")]
-    return loop.run_step(step, phases, [Update(group_by=lambda t: t.role, include=lambda t: t.role in trained)],
-                         after_rollout=admit_all)
+    return loop.run_step(step, phases, [Update(group_by=lambda t: t.role, include=lambda t: t.role in trained)])
 
 
 def main(cfg) -> None:
     p, agents = cfg.protocol, Agents.build(cfg.protocol)
     with Loop(cfg, agents=list(dict.fromkeys(agents.names.values()))) as loop:
         pool = start_pool(loop)
-        rewards = {"challenge": REWARD_SOURCES.get("sage_challenge")(format_tags, p.alpha),
+        rewards = {"challenge": REWARD_SOURCES.get("sage_challenge")(format_tags, p.alpha, p.pay_duplicates),
                    "plan_solve": REWARD_SOURCES.get("sage_plan_solve")(format_tags, p.beta, p.lambda_plan,
-                                                                       p.lambda_f, (p.w_plan, p.w_correct, p.w_format))}
+                                                                       p.lambda_f, (p.w_plan, p.w_correct, p.w_format),
+                                                                       one_is_min=not p.norm_one_is_max)}
         for step in loop.steps():
             episodes, metrics = step_of(loop, step, pool, agents, rewards)
             loop.end_step(step, episodes, metrics, files={"pool.jsonl": pool.to_jsonl()})

@@ -7,7 +7,7 @@
         loop.end_step(step, *loop.run_step(step, [phase]))   # rollout, rewards, update; logs, eval, checkpoint
     loop.close()
 
-:meth:`Loop.run_step` is the one step skeleton (rollout of each :class:`Phase` → optional ``after_rollout`` →
+:meth:`Loop.run_step` is the one step skeleton (rollout of each :class:`Phase` and its optional ``after`` →
 rewards assigned → each :class:`Update` → metrics with the timing keys); CoMAS, SAGE, MAESTRO and the examples all
 use it, and differ only in their phases, reward sources, updates and extra metrics.
 
@@ -66,14 +66,18 @@ PACKAGES = ("selfevo", "torch", "transformers", "peft", "trl", "accelerate", "vl
 
 @dataclass
 class Phase:
-    """One rollout phase of a step: ``program`` (an episode program) runs on one episode per task of ``tasks``;
-    ``reward`` (a reward source, :mod:`selfevo.rewards`) then scores the phase's episodes (None: no rewards)."""
+    """One rollout phase of a step: ``program`` (an episode program) runs on one episode per task of ``tasks`` (a
+    list, or a function called when the phase starts, after the phases before it and their ``after``); ``after``
+    then sees the phase's episodes (recipe state that must follow the rollout before any reward: SAGE admits new
+    questions to its pool there) and returns metrics; ``reward`` (a reward source, :mod:`selfevo.rewards`) scores
+    the phase's episodes once every phase has run (None: no rewards)."""
 
-    label: str  # progress bar, and the key of the phase's episodes in ``after_rollout``
-    tasks: Sequence[Task]
+    label: str  # progress bar
+    tasks: Sequence[Task] | Callable[[], Sequence[Task]]
     program: Callable
     reward: Callable | None = None
     key: str = ""  # prefix of the episode keys (the keys of their request seeds): distinct per phase of a step
+    after: Callable[[list[Episode]], dict] | None = None
 
 
 @dataclass
@@ -173,29 +177,29 @@ class Loop:
             self.bar.set_postfix_str(str(status), refresh=True)
 
     def run_step(self, step: int, phases: Sequence[Phase], updates: Sequence[Update] | None = None,
-                 after_rollout: Callable[[dict[str, list[Episode]]], dict] | None = None,
                  metrics: Callable[[list[Episode]], dict] | None = None) -> tuple[list[Episode], dict]:
         """The one step skeleton every recipe runs: roll out each phase in order on one runner (its episodes keyed
-        ``{phase.key}{i}:{task id}``), call ``after_rollout`` with the episodes by phase label (recipe state that
-        must see the rollout before the rewards, e.g. SAGE's admission to the pool), score each phase's episodes
-        with its reward source and assign the rewards, run ``updates`` (default: one :meth:`train` of every agent)
-        and return the step's episodes (phase order) and metrics: ``after_rollout``'s, :func:`turn_metrics`, the
-        reward sources', ``metrics(episodes)`` (deep-merged: a recipe may add keys inside a source's section),
-        ``train`` (the updates' per-agent stats), ``rollout_s``/``rollout_tokens``/``concurrency``/
-        ``prefill_tokens`` and ``update_s``/``update_tokens``."""
-        runner, rollout_s, by_phase = self.runner(step), 0.0, {}
+        ``{phase.key}{i}:{task id}``) and call its ``after``; score each phase's episodes with its reward source and
+        assign the rewards; run ``updates`` (default: one :meth:`train` of every agent); return the step's episodes
+        (phase order) and metrics: the phases' ``after`` metrics, :func:`turn_metrics`, the reward sources',
+        ``metrics(episodes)`` (deep-merged: a recipe may add keys inside a source's section), ``train`` (the
+        updates' per-agent stats), ``rollout_s``/``rollout_tokens``/``concurrency``/``prefill_tokens`` and
+        ``update_s``/``update_tokens``."""
+        runner, rollout_s, by_phase, out = self.runner(step), 0.0, [], {}
         for phase in phases:
-            batch = [Episode(t, key=f"{phase.key}{i}:{t.id}") for i, t in enumerate(phase.tasks)]
-            by_phase[phase.label], seconds = timed(runner.run, batch, phase.program, phase.label)
+            tasks = phase.tasks() if callable(phase.tasks) else phase.tasks
+            batch = [Episode(t, key=f"{phase.key}{i}:{t.id}") for i, t in enumerate(tasks)]
+            episodes, seconds = timed(runner.run, batch, phase.program, phase.label)
+            by_phase.append(episodes)
             rollout_s += seconds
-        out = after_rollout(by_phase) if after_rollout else {}
+            out.update(phase.after(episodes) if phase.after else {})
         rewarded = {}
-        for phase in phases:
+        for phase, episodes in zip(phases, by_phase):
             if phase.reward is not None:
-                result = phase.reward(by_phase[phase.label])
-                assign(by_phase[phase.label], result)
+                result = phase.reward(episodes)
+                assign(episodes, result)
                 rewarded.update(result.metrics)
-        episodes = [e for p in phases for e in by_phase[p.label]]
+        episodes = [e for eps in by_phase for e in eps]
         out = {**out, **turn_metrics(episodes, self.agents), **rewarded}
         out = deep_merge(out, metrics(episodes)) if metrics else out
         train, update_s = timed(self._update, episodes, updates or [Update()])

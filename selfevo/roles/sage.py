@@ -25,9 +25,11 @@ format with a tiny example, for small instruct models. Every role shows ``task.q
 ``<answer>`` instruction (the question text already carries everything else: MBPP's tests, HumanEval's stub).
 
 Parse failures are :class:`~selfevo.roles.base.Parsed` failures whose error starts with a reason key the recipe can
-count: ``"format: ..."`` (a tag missing or empty, code tests that do not parse, hold no assert or call no function
-the solution defines, an empty solver answer, a score that is not a number), ``"unparsable answer: ..."`` (a math
-answer math-verify cannot parse) and, for the critic only, ``"out of range: ..."`` (a number outside 1..10).
+count: ``"format: ..."`` (a tag missing or empty, an empty solver answer, a score that is not a number) and, for
+the critic only, ``"out of range: ..."`` (a number outside 1..10). A Challenger answer with every tag parses into
+an item even when its verifier is invalid (a math answer math-verify cannot read, code tests that do not parse,
+hold no assert or call no function the solution defines): the Critic still scores it and admission rejects it
+(:func:`selfevo.verifiers.validate.check_item`), so it gets SAGE's Eq. 6 with the Critic's real score.
 :data:`FORMAT_TAGS` / :func:`format_tags` give each role's tags for
 :func:`selfevo.rewards.formulas.soft_format_reward`.
 """
@@ -42,7 +44,7 @@ from selfevo.roles.base import (Context, Parsed, Role, RoleError, chat, drop_par
                                 register_role, strip_special_tokens)
 from selfevo.roles.parsers import last_tag
 from selfevo.types import Task
-from selfevo.verifiers.validate import find_entry_point, parses_as_math, reference_solution, strip_fences
+from selfevo.verifiers.validate import find_entry_point, reference_solution, strip_fences
 
 DOMAINS = ("math", "code")
 MBPP_TESTS_LEAD = "Your code should pass these tests:"  # as selfevo.tasks.code_sets.mbpp_question writes it
@@ -137,13 +139,9 @@ class Challenger(Role):
 
     @staticmethod
     def _read_math(text: str, question: str) -> Parsed:
-        from selfevo.verifiers.math import reference_answer
-
         answer = last_tag(text, "answer")
         if not answer:
             return Parsed.failure("format: no <answer>...</answer> (or an empty one)")
-        if not parses_as_math(reference_answer(answer)):
-            return Parsed.failure(f"unparsable answer: {answer[:200]!r} does not parse as math")
         return Parsed.success(Task(_gen_id(question), "math", question, answer, meta={"verifier": "math"}))
 
     @staticmethod
@@ -156,9 +154,7 @@ class Challenger(Role):
                 return Parsed.failure(f"format: no <{tag}>...</{tag}> (or an empty one)")
             bodies[tag] = body
         tests, solution = bodies["tests"], bodies["solution"]
-        entry_point, problem = find_entry_point(tests, solution)
-        if problem:
-            return Parsed.failure(f"format: {problem}")
+        entry_point, _ = find_entry_point(tests, solution)  # "" when the tests are invalid: admission rejects them
         question = question.split(MBPP_TESTS_LEAD, 1)[0].strip()  # a statement that copied the tests: shown once
         if not question:
             return Parsed.failure("format: the <question> holds only the tests")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 import threading
 
 from selfevo.types import Task
@@ -28,6 +29,11 @@ UNPARSABLE = "unparsable answer"
 REFERENCE_FAILS = "reference fails"
 NON_DETERMINISTIC = "non-deterministic"
 REASONS = (FORMAT, UNPARSABLE, REFERENCE_FAILS, NON_DETERMINISTIC)
+# what a generated item must also pass before it enters a pool (:func:`check_generated`)
+WORDS_IN_ANSWER = "words in answer"
+ANSWER_IN_QUESTION = "answer in question"
+UNMATCHABLE = "unmatchable"
+GENERATED_REASONS = (WORDS_IN_ANSWER, ANSWER_IN_QUESTION, UNMATCHABLE)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -132,8 +138,8 @@ def code_format_problem(task: Task) -> str:
         return f"the tests do not parse as Python ({_syntax_line(exc)})"
     if not has_assert(tree):
         return "the tests hold no assert statement"
-    if not task.entry_point:
-        return "the task has no entry_point"
+    if not task.entry_point:  # a generated item whose tests name no function its solution defines: say why
+        return find_entry_point(task.tests, reference_solution(task))[1] or "the task has no entry_point"
     if not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == task.entry_point
                for n in ast.walk(tree)):
         return f"the tests never call {task.entry_point}"
@@ -174,8 +180,8 @@ def explain_item(task: Task) -> str:
     return f"{reason}: {detail}" if reason else ""
 
 
-def check_item(task: Task) -> tuple[str | None, str]:
-    """``(reason key or None, one-line detail)``: what :func:`validate_item` and :func:`explain_item` report."""
+def static_check(task: Task) -> tuple[str | None, str]:
+    """The part of :func:`check_item` that runs no code: a math reference that parses, code tests in format."""
     kind = verifier_of(task)
     if kind == "math":
         from selfevo.verifiers.math import reference_answer
@@ -184,18 +190,71 @@ def check_item(task: Task) -> tuple[str | None, str]:
         return (None, "") if parses_as_math(answer) else (UNPARSABLE, f"{answer!r} does not parse as math")
     if kind == "code":
         problem = code_format_problem(task)
-        if problem:
-            return FORMAT, problem
-        solution = reference_solution(task)
-        if not solution.strip():
-            return REFERENCE_FAILS, "no reference solution"
-        from selfevo.verifiers import verify
-
-        first = verify(task, as_response(solution))
-        if first.score < 1.0:
-            return REFERENCE_FAILS, first.reason
-        second = verify(task, as_response(solution))
-        if second.score != first.score:
-            return NON_DETERMINISTIC, f"first run: {first.reason}; second run: {second.reason}"
-        return None, ""
+        return (FORMAT, problem) if problem else (None, "")
     raise ValueError(f"validate_item handles math and code items, not verifier {kind!r} (task {task.id})")
+
+
+def check_item(task: Task) -> tuple[str | None, str]:
+    """``(reason key or None, one-line detail)``: what :func:`validate_item` and :func:`explain_item` report."""
+    reason, detail = static_check(task)
+    if reason is not None or verifier_of(task) == "math":
+        return reason, detail
+    solution = reference_solution(task)
+    if not solution.strip():
+        return REFERENCE_FAILS, "no reference solution"
+    from selfevo.verifiers import verify
+
+    first = verify(task, as_response(solution))
+    if first.score < 1.0:
+        return REFERENCE_FAILS, first.reason
+    second = verify(task, as_response(solution))
+    if second.score != first.score:
+        return NON_DETERMINISTIC, f"first run: {first.reason}; second run: {second.reason}"
+    return None, ""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# generated items: what a self-generated question must also pass to enter a verified pool
+# ----------------------------------------------------------------------------------------------------------------
+
+_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
+_WORD = re.compile(r"[A-Za-z]{2,}")
+_ANSWER_MARKUP = re.compile(r"</?answer>|</?solution>|\\boxed\s*\{|\bthe (?:final )?answer is\b|\banswer\s*:",
+                            re.IGNORECASE)
+
+
+def answer_words(answer: str) -> str:
+    """The first word (two or more letters, outside LaTeX command names such as ``\\frac`` or ``\\pi``) in a math
+    answer, "" if none: ``12 pencils``, ``No answer`` and ``There are 5 boxes`` hold words; ``\\frac{3}{4}``,
+    ``x + 1``, ``[0, 1)`` and ``\\{1, 2\\}`` do not. math-verify reads ``12 pencils`` as 12 and ``No answer`` as a
+    product of symbols, so a parse alone admits them."""
+    found = _WORD.search(_LATEX_COMMAND.sub(" ", answer))
+    return found.group(0) if found else ""
+
+
+def answer_markup(question: str) -> str:
+    """The answer markup a question holds (``<answer>``, ``\\boxed{``, "the answer is", "answer:"), "" if none."""
+    found = _ANSWER_MARKUP.search(question)
+    return found.group(0) if found else ""
+
+
+def check_generated(task: Task) -> tuple[str | None, str]:
+    """``(reason key or None, detail)`` for a generated item whose verifier :func:`check_item` found valid: a math
+    reference with words in its answer (:func:`answer_words`), a question that holds answer markup or states its
+    answer (:func:`answer_markup`), a math reference that its own verifier does not accept as an answer (no sampled
+    solution could match it). Pure except one math-verify comparison."""
+    markup = answer_markup(task.question)
+    if markup:
+        return ANSWER_IN_QUESTION, f"the question holds {markup!r}"
+    if verifier_of(task) != "math":
+        return None, ""
+    from selfevo.verifiers.math import reference_answer
+    from selfevo.verifiers import verify
+
+    answer = reference_answer(task.reference or "")
+    word = answer_words(answer)
+    if word:
+        return WORDS_IN_ANSWER, f"the answer {answer!r} holds the word {word!r}"
+    if verify(task, f"\\boxed{{{answer}}}").score < 1.0:
+        return UNMATCHABLE, f"the answer {answer!r} does not verify against itself"
+    return None, ""
