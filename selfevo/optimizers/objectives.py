@@ -147,19 +147,21 @@ def kl_penalised_returns(rewards: Tensor, kl: Tensor | None, mask: Tensor, beta:
 
     Token reward ``R_t = -beta * kl_t`` on every completion token, plus the scalar ``rewards[b]`` on the row's last
     completion token (last position with mask 1). With gamma=1 this is ``r - beta * sum_{l>=t} kl_l``.
-    Rows with an empty mask get all-zero returns; the output is 0 off the mask.
+    Rows with an empty mask get all-zero returns; the output is 0 off the mask. Accumulated and returned in float64
+    (the whitening's precision): a float32 sum over a long completion's KL terms would carry ~1e-4 of rounding into
+    the advantages.
     """
-    m = mask.to(torch.float32)
+    m = mask.to(torch.float64)
     B, T = m.shape
-    tok = torch.zeros_like(m) if (kl is None or beta == 0) else -beta * kl.float() * m
+    tok = torch.zeros_like(m) if (kl is None or beta == 0) else -beta * kl.to(torch.float64) * m
     has_any = m.sum(-1) > 0
     last = (m * torch.arange(1, T + 1, device=m.device, dtype=m.dtype)).argmax(-1)  # last index with mask 1
     rows = torch.nonzero(has_any).flatten()
-    tok[rows, last[rows]] += torch.as_tensor(rewards, dtype=torch.float32, device=m.device)[rows]
+    tok[rows, last[rows]] += torch.as_tensor(rewards, device=m.device).to(torch.float64)[rows]
     if gamma == 1.0:
         ret = tok.flip(-1).cumsum(-1).flip(-1)
     else:
-        ret, run = torch.zeros_like(tok), torch.zeros(B, device=m.device)
+        ret, run = torch.zeros_like(tok), torch.zeros(B, device=m.device, dtype=torch.float64)
         for t in range(T - 1, -1, -1):
             run = tok[:, t] + gamma * run
             ret[:, t] = run
@@ -174,14 +176,13 @@ def reinforce_pp_advantages(rewards: Tensor, kl: Tensor | None, mask: Tensor, be
     ``A_t = r - beta * sum_{l>=t} kl_l`` (see :func:`kl_penalised_returns`), then, if ``whiten``, normalised over
     all masked tokens of the batch (token-weighted, population std, ``(A - mean) / (std + eps)``). Pass
     ``group_ids`` (one per row, e.g. the role) to whiten per group instead of over the whole batch.
-    Inputs: ``rewards [B]``, ``kl [B, T]`` (or None), ``mask [B, T]``. Output ``[B, T]``, 0 off the mask.
+    Inputs: ``rewards [B]``, ``kl [B, T]`` (or None), ``mask [B, T]``. Output ``[B, T]`` float32, 0 off the mask;
+    returns and whitening run in float64.
     """
     adv = kl_penalised_returns(rewards, kl, mask, beta=beta, gamma=gamma)
-    if not whiten:
-        return adv
-    if group_ids is None:
-        return masked_whiten(adv, mask, eps=eps)
-    return group_whiten(adv, mask, group_ids, eps=eps)
+    if whiten:
+        adv = masked_whiten(adv, mask, eps=eps) if group_ids is None else group_whiten(adv, mask, group_ids, eps=eps)
+    return adv.to(torch.float32)
 
 
 def task_relative_advantages(rewards: Tensor | Sequence[float], group_keys: Sequence[Hashable] | Tensor,
