@@ -639,32 +639,13 @@ def _wrap_path_ops(module, inside, refuse) -> None:
 # ---- what decides a test: harness-owned comparisons ---------------------------------------------------------------
 #
 # Test code (exec steps; the pytest and ``check`` functions they define run it too) is rewritten before the program
-# is loaded, so that what decides a test is computed by the harness on values the program does not control:
-#
-# * comparisons ``a == b``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in``, ``not in`` become ``_selfevo_cmp(op, a, b)``
-#   (chains: ``_selfevo_chain``): both sides are first reduced to plain built-in data (exact ``bool``/``int``/
-#   ``float``/``complex``/``str``/``bytes``/``None`` and ``list``/``tuple``/``dict``/``set``/``frozenset`` of them,
-#   copied), then compared with the operator on those copies, so no method of the program runs. Objects that are not
-#   plain data are kept only if no class the program wrote decides how they behave (C types such as ``re.Match``,
-#   ``datetime`` or numeric numpy arrays; classes from libraries imported before the program ran, e.g. ``Fraction``
-#   or ``pytest.approx``, checked unmodified; classes the test code defines; and program classes that override no
-#   special method, which compare by identity). Anything else fails the test: an object overriding ``__eq__`` (or
-#   ``__hash__``, ``__len__``, ``__iter__``, ``__class__``, arithmetic ...), a subclass of a built-in type overriding
-#   a special method or one of the base type's methods, self-referencing or overly deep values.
-# * truth tests (``assert x``, ``if``/``while``/``x if c else y`` tests, comprehension filters, ``not x``, and/or in
-#   those places) become ``_selfevo_truth(x)``: plain data, or an object whose ``__bool__``/``__len__`` is not the
-#   program's code.
-# * calls ``f(x)`` become ``_selfevo_call(f, x)``: the value returned is checked as above (so a lying object is
-#   refused before any library or builtin code sees it) unless the test just constructed an instance of the class
-#   it called (its class is what is tested: such an object may also be passed on and truth-tested, never compared
-#   through its own ``__eq__``); a ``StopIteration`` escaping the callee becomes ``RuntimeError`` (it would
-#   silently end ``map``);
-#   ``all``/``any`` use the harness's truth test and ``map``/``filter`` call their function through the same check.
-# * ``with cm:`` becomes ``with _selfevo_ctx(cm):``: a context manager the program wrote cannot swallow a failed
-#   assertion, nor suppress anything on a truth value of its own making.
-# * ``class X:`` gets ``@_selfevo_trust``: classes the test author wrote are believed while unmodified.
-#
-# Test code is compiled with ``optimize=0``: ``assert`` always runs, whatever the interpreter's flags.
+# is loaded (``_Instrument``), so that what decides a test is computed by the judge (``_Judge``) on values the
+# program does not control: comparisons ``a == b``, ``!=``, ``<``, ``in``... become ``_selfevo_cmp(op, a, b)``
+# (chains: ``_selfevo_chain``), on both sides reduced to plain built-in data first (``_Reduction``); truth tests
+# (``assert x``, ``if``, ``while``, ``not x``...) become ``_selfevo_truth(x)``; calls ``f(x)`` become
+# ``_selfevo_call(f, x)``, whose result is vetted like a compared value; ``with cm:`` becomes
+# ``with _selfevo_ctx(cm):``; a class the test defines gets ``@_selfevo_trust``. Test code is compiled with
+# ``optimize=0``: ``assert`` always runs. ``docs/sandbox.md`` ("What decides a test") states the rules in full.
 
 _H_CMP, _H_CHAIN, _H_TRUTH, _H_CALL, _H_CTX, _H_TRUST = ("_selfevo_cmp", "_selfevo_chain", "_selfevo_truth",
                                                         "_selfevo_call", "_selfevo_ctx", "_selfevo_trust")
@@ -709,6 +690,21 @@ _PROXY_IDS = frozenset(map(id, (__import__("weakref").ProxyType, __import__("wea
 _COMPARE_OPS = types.MappingProxyType({
     "Eq": operator.eq, "NotEq": operator.ne, "Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt,
     "GtE": operator.ge, "In": lambda a, b: operator.contains(b, a), "NotIn": lambda a, b: not operator.contains(b, a)})
+
+
+# Special methods and attributes that cannot make a value lie about what it is (construction, display, pickling,
+# attribute plumbing, calling, context management -- ``with`` is guarded separately -- and class metadata). Any
+# other one defined by a class the program wrote (``__eq__``, ``__hash__``, ``__bool__``, ``__len__``, ``__iter__``,
+# ``__contains__``, ``__getitem__``, arithmetic, conversions, ``__class__``, ``__getattr__``...) makes its
+# instances untrusted.
+_BENIGN_DUNDERS = frozenset({
+    "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__slots__", "__init__", "__new__",
+    "__repr__", "__str__", "__format__", "__init_subclass__", "__annotations__", "__match_args__", "__getnewargs__",
+    "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__", "__sizeof__", "__class_getitem__", "__orig_bases__",
+    "__parameters__", "__firstlineno__", "__static_attributes__", "__getnewargs_ex__", "__getstate__",
+    "__setstate__", "__setattr__", "__delattr__", "__dir__", "__call__", "__del__", "__enter__", "__exit__",
+    "__aenter__", "__aexit__", "__set_name__", "__get__", "__set__", "__delete__", "__post_init__",
+    "__dataclass_fields__", "__dataclass_params__", "__abstractmethods__", "__fspath__", "__type_params__"})
 
 
 class UntrustedValue(BaseException):
@@ -937,9 +933,10 @@ def _is_object_array(value, kind: type) -> bool:
     return bool(getattr(getattr(value, "dtype", None), "hasobject", False))
 
 
-def _fingerprint(mapping, _tuple=tuple, _map=map, _id=id) -> tuple:
-    """Identities of a namespace's keys and values: equal fingerprints mean nothing was rebound."""
-    return _tuple(_map(_id, mapping)), _tuple(_map(_id, mapping.values()))
+def _fingerprint(mapping, to_tuple=tuple, apply=map, ident=id) -> tuple:
+    """Identities of a namespace's keys and values: equal fingerprints mean nothing was rebound. (The defaults pin
+    builtins: see "snapshot and restore" below.)"""
+    return to_tuple(apply(ident, mapping)), to_tuple(apply(ident, mapping.values()))
 
 
 class _GuardedContext:
@@ -1081,8 +1078,10 @@ class _Judge:
 class _Reduction:
     """One value being reduced to plain data for :meth:`_Judge.reduce`, within the depth and object budgets."""
 
+    __slots__ = ("judge", "purpose", "verdicts", "on_path", "budget")
+
     def __init__(self, judge: _Judge, purpose: str):
-        self.judge, self.purpose = judge, purpose  # purpose: "compared" or "returned", for messages and rules
+        self.judge, self.purpose = judge, purpose  # purpose: "compared" or "returned" (messages and rules)
         self.verdicts: dict[int, str] = {}  # id(class) -> its offence ("" if none)
         self.on_path: set[int] = set()  # ids of the containers being walked (a cycle refuses the value)
         self.budget = _PLAIN_BUDGET
@@ -1092,9 +1091,14 @@ class _Reduction:
         try:
             return self.walk(value, 0)
         except RecursionError:
-            self.judge.refuse(f"{self.purpose} a value too deeply nested to check")
+            self.refuse("a value too deeply nested to check")
+
+    def refuse(self, what: str):
+        """Refuse the value (through the judge, which counts refusals): "<purpose> <what>"."""
+        self.judge.refuse(f"{self.purpose} {what}")
 
     def offence(self, kind) -> str:
+        """How the program's code decides the behaviour of ``kind`` instances ("" if it does not)."""
         key = id(kind)
         if key not in self.verdicts:
             self.verdicts[key] = _class_offence(kind, self.judge.believed)
@@ -1104,7 +1108,7 @@ class _Reduction:
         """A copy of an exact built-in container with reduced contents."""
         key = id(x)
         if key in self.on_path:
-            self.judge.refuse(f"{self.purpose} a value that contains itself")
+            self.refuse("a value that contains itself")
         elements = x.values() if kind is dict else x
         kinds = set(map(id, map(type, x)))
         if kind is dict:
@@ -1128,36 +1132,35 @@ class _Reduction:
         if key in _SCALAR_IDS:
             return x
         self.budget -= 1
-        refuse, purpose = self.judge.refuse, self.purpose
         if self.budget < 0:
-            refuse(f"{purpose} a value too large to check")
+            self.refuse("a value too large to check")
         if depth > _MAX_DEPTH:
-            refuse(f"{purpose} a value nested more than {_MAX_DEPTH} levels deep")
+            self.refuse(f"a value nested more than {_MAX_DEPTH} levels deep")
         if key in _CONTAINER_IDS:
             return self.container(x, kind, depth)
         bad = self.offence(kind)
-        if bad and purpose == "returned" and self.judge.constructed.get(id(x)) is x:
+        if bad and self.purpose == "returned" and self.judge.constructed.get(id(x)) is x:
             return x  # passing on an object the test constructed (its class is what is tested)
         if bad:
-            refuse(f"{purpose} a value of type {_TYPE_NAME(kind)}, which overrides {bad}: its behaviour is "
-                   "the program's own code")
+            self.refuse(f"a value of type {_TYPE_NAME(kind)}, which overrides {bad}: its behaviour is the program's "
+                        "own code")
         base = next((b for b in _TYPE_MRO(kind) if id(b) in _VALUE_BASE_IDS), None)
         if base is not None:
             return self.walk(_AS_BASE[id(base)](x), depth + 1)
-        if purpose == "compared":
+        if self.purpose == "compared":
             if key in _DICT_VIEW_IDS:
                 return set(self.walk(item, depth + 1) for item in x)
             if kind is collections.deque:
                 return collections.deque(self.walk(item, depth + 1) for item in x)
             if key in _OPAQUE_CONTAINER_IDS:
-                refuse(f"compared a {_TYPE_NAME(kind)}, whose comparison would run code inside it; compare "
-                       "plain values instead")
+                self.refuse(f"a {_TYPE_NAME(kind)}, whose comparison would run code inside it; compare plain values "
+                            "instead")
         if _is_object_array(x, kind):
-            refuse(f"{purpose} an array of Python objects")
+            self.refuse("an array of Python objects")
         if key in _ZONED_IDS and x.tzinfo is not None:
             zone = type(x.tzinfo)
             if _TYPE_FLAGS(zone) & _HEAPTYPE and not self.judge.believed(zone):  # its utcoffset() decides comparisons
-                refuse(f"{purpose} a {_TYPE_NAME(kind)} whose tzinfo is a {_TYPE_NAME(zone)} the program wrote")
+                self.refuse(f"a {_TYPE_NAME(kind)} whose tzinfo is a {_TYPE_NAME(zone)} the program wrote")
         return x
 
 
@@ -1365,12 +1368,9 @@ def _restore_watched(snapshot, restore=_restore_namespace, kind_of=type, set_cla
                 problem = problem or f"the program changed the test helper {name}"
         changed = restore(builtins_entry[0], builtins_entry[1], builtins_entry)
         problem = problem or (changed and f"the program changed the tests' builtins ({changed})")
-        if kind_of(judge) is not judge_class:
+        if kind_of(judge) is not judge_class:  # assigned a class of the same layout: assigning back works too
             problem = problem or "the program changed a test helper's code"
-            try:
-                set_class(judge, "__class__", judge_class)
-            except TypeError:
-                pass
+            set_class(judge, "__class__", judge_class)
         for slot, value in slots:
             try:
                 same = slot.__get__(judge) is value
@@ -1438,7 +1438,7 @@ def _install_audit_hook(protected: set) -> None:
     harness's locals, the result channel among them), the garbage collector's object lists, tracing and profiling,
     more audit hooks, ctypes, opening files on /proc (process memory), and rebinding the code or defaults of a
     function that existed before the program ran (``protected``: ids of library and harness functions) or of test
-    code."""
+    code. The hook is a closure on purpose: no API hands an audit hook back, so what it holds is out of reach."""
     denied_events = frozenset({"sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.settrace",
                                "sys.setprofile", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
                                "sys.addaudithook", "sys._getframemodulename"})
@@ -1762,6 +1762,43 @@ def _short_repr(value) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+def _run_io(step: dict, code, seconds: float, state: _HarnessState) -> tuple[bool, str]:
+    """Run the program as ``__main__`` on the step's stdin and compare its stdout."""
+    if code is None:
+        return False, "program does not compile"
+    out = _capture(max(state.limits["output_bytes"], 4 * len(step["output"])))
+    saved = sys.stdout, sys.stderr, sys.stdin
+    sys.stdout, sys.stderr, sys.stdin = out, _capture(state.limits["output_bytes"]), _stdin_stream(step["input"])
+    state.stdin_text = step["input"]
+    try:
+        ok, err = _timed(lambda: _exec_main(code, builtins), seconds)
+    finally:
+        sys.stdout, sys.stderr, sys.stdin = saved
+        state.stdin_text = None
+    if not ok:
+        return False, err
+    if outputs_match(_captured_text(out), step["output"]):
+        return True, ""
+    return False, f"wrong output {_short_repr(_captured_text(out)[:200])}, expected {_short_repr(step['output'])}"
+
+
+def _exec_main(code, builtins_module) -> None:
+    """Execute the program as a script; ``sys.exit(0)``/``exit()`` count as a normal end."""
+    try:
+        exec(code, {"__name__": "__main__", "__builtins__": builtins_module})
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+    finally:
+        sys.stdout.flush()
+
+
+_STEP_RUNNERS = types.MappingProxyType({"exec": _run_exec, "pytest": _run_pytest, "call": _run_call})
+
+
+# ---- oracles of call and io steps -------------------------------------------------------------------------------
+
+
 def _types_in(value, budget: int = 100_000) -> set:
     """All types occurring in a (trusted, expected) value."""
     found, stack = set(), [value]
@@ -1779,21 +1816,6 @@ def _children(value) -> list:
     if isinstance(value, (list, tuple, set, frozenset)):
         return list(value)
     return []
-
-
-# Special methods and attributes that cannot make a value lie about what it is (construction, display, pickling,
-# attribute plumbing, calling, context management -- ``with`` is guarded separately -- and class metadata). Any
-# other one defined by a class the program wrote (``__eq__``, ``__hash__``, ``__bool__``, ``__len__``, ``__iter__``,
-# ``__contains__``, ``__getitem__``, arithmetic, conversions, ``__class__``, ``__getattr__``...) makes its
-# instances untrusted.
-_BENIGN_DUNDERS = frozenset({
-    "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__slots__", "__init__", "__new__",
-    "__repr__", "__str__", "__format__", "__init_subclass__", "__annotations__", "__match_args__", "__getnewargs__",
-    "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__", "__sizeof__", "__class_getitem__", "__orig_bases__",
-    "__parameters__", "__firstlineno__", "__static_attributes__", "__getnewargs_ex__", "__getstate__",
-    "__setstate__", "__setattr__", "__delattr__", "__dir__", "__call__", "__del__", "__enter__", "__exit__",
-    "__aenter__", "__aexit__", "__set_name__", "__get__", "__set__", "__delete__", "__post_init__",
-    "__dataclass_fields__", "__dataclass_params__", "__abstractmethods__", "__fspath__", "__type_params__"})
 
 
 def _foreign_type(value, trusted: set, budget: int = 10_000_000) -> str:
@@ -1912,37 +1934,6 @@ def _poly(coefficients: list, x: float) -> float:
     return sum(c * _pow(x, i) for i, c in enumerate(coefficients))
 
 
-def _run_io(step: dict, code, seconds: float, state: _HarnessState) -> tuple[bool, str]:
-    """Run the program as ``__main__`` on the step's stdin and compare its stdout."""
-    if code is None:
-        return False, "program does not compile"
-    out = _capture(max(state.limits["output_bytes"], 4 * len(step["output"])))
-    saved = sys.stdout, sys.stderr, sys.stdin
-    sys.stdout, sys.stderr, sys.stdin = out, _capture(state.limits["output_bytes"]), _stdin_stream(step["input"])
-    state.stdin_text = step["input"]
-    try:
-        ok, err = _timed(lambda: _exec_main(code, builtins), seconds)
-    finally:
-        sys.stdout, sys.stderr, sys.stdin = saved
-        state.stdin_text = None
-    if not ok:
-        return False, err
-    if outputs_match(_captured_text(out), step["output"]):
-        return True, ""
-    return False, f"wrong output {_short_repr(_captured_text(out)[:200])}, expected {_short_repr(step['output'])}"
-
-
-def _exec_main(code, builtins_module) -> None:
-    """Execute the program as a script; ``sys.exit(0)``/``exit()`` count as a normal end."""
-    try:
-        exec(code, {"__name__": "__main__", "__builtins__": builtins_module})
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            raise
-    finally:
-        sys.stdout.flush()
-
-
 def outputs_match(got: str, expected: str) -> bool:
     """Stdout comparison: line by line after stripping; tokens may differ in numeric spelling (1.0 vs 1)."""
     got_lines = [line.strip() for line in got.strip().splitlines()]
@@ -1965,9 +1956,6 @@ def _same_number(a: str, b: str) -> bool:
         return _Decimal(a) == _Decimal(b)
     except (ArithmeticError, ValueError):  # decimal.InvalidOperation is an ArithmeticError
         return False
-
-
-_STEP_RUNNERS = types.MappingProxyType({"exec": _run_exec, "pytest": _run_pytest, "call": _run_call})
 
 
 if __name__ == "__main__":
