@@ -204,6 +204,17 @@ HOSTILE = [
          "def apply(fn, x):\n    g = fn.__globals__\n    for k in list(g):\n        if k.startswith('_selfevo'):\n"
          "            g[k] = (lambda c: c) if k == '_selfevo_trust' else (lambda *a, **kw: True)\n"
          "    g['abs'] = lambda v: 0\n    g['__builtins__'] = {'abs': lambda v: 0}\n    return x + 1"),
+    Case("judge-state-through-callback", lambda: asserts(
+        "def ident(v):\n    return v\nassert apply(ident, 3) == 3\nassert apply(ident, 4) == 4\n", "apply"),
+         ANY + "def apply(fn, x):\n    judge = fn.__globals__['_selfevo_cmp'].__self__\n"
+         "    judge.library = {id(Any): (Any, (tuple(map(id, Any.__dict__)), tuple(map(id, Any.__dict__.values()))))}\n"
+         "    return Any()"),
+    Case("judge-class-through-callback", lambda: asserts(
+        "def ident(v):\n    return v\nassert apply(ident, 3) == 3\nassert apply(ident, 4) == 4\n", "apply"),
+         ANY + "def apply(fn, x):\n    judge = fn.__globals__['_selfevo_cmp'].__self__\n"
+         "    class Lenient(type(judge)):\n        __slots__ = ()\n"
+         "        def reduce(self, value, purpose):\n            return value\n"
+         "    judge.__class__ = Lenient\n    return Any()"),
     Case("caller-frame-globals", lambda: asserts(ROOT, "root"),
          "import sys\ndef root(x):\n    sys._getframe(1).f_globals['abs'] = lambda v: 0\n    return 7.0"),
     Case("traceback-frame-globals", lambda: asserts(ROOT, "root"),

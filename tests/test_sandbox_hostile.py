@@ -17,7 +17,7 @@ import pytest
 
 from selfevo.types import Task
 from selfevo.verifiers import verify
-from selfevo.verifiers.sandbox import Limits, _pids_of_uid, exec_step, run_program, take_fs_modes
+from selfevo.verifiers.sandbox import Limits, exec_step, harness_for_tests, run_program, take_fs_modes
 
 LIMITS = Limits(wall_s=6.0, cpu_s=4.0, unit_s=1.0, load_s=2.0, memory_mb=512, output_bytes=1 << 16,
                 file_bytes=1 << 20)
@@ -28,6 +28,21 @@ OUTSIDE = "/tmp/selfevo_hostile_marker"
 
 def run(program: str, guard: bool = True):
     return run_program(program, STEPS, LIMITS, guard=guard)
+
+
+def live_pids_of(uid: int) -> list[int]:
+    """Live (non-zombie) processes whose real or effective uid is ``uid``, read from /proc here (not through the
+    sandbox's own cleanup code)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                fields = dict(line.split(":", 1) for line in fh if ":" in line)
+        except OSError:
+            continue
+        if fields.get("State", "Z").split()[0] not in ("Z", "X") and str(uid) in fields.get("Uid", "").split()[:2]:
+            found.append(int(pid))
+    return found
 
 
 def assert_contained(result, fragment: str = ""):
@@ -104,7 +119,7 @@ def test_double_forked_survivor_is_killed(guard):
                "        time.sleep(60)\n    os._exit(0)\n" + OK_F.replace("+ 1", "+ 2"))
     result = run(program, guard=guard)
     assert_contained(result)
-    assert _pids_of_uid(result.isolation["uid"]) == []
+    assert live_pids_of(result.isolation["uid"]) == []
 
 
 @needs_jail
@@ -388,10 +403,9 @@ def test_fs_modes_are_counted_and_reach_the_step_metrics():
 
 
 def test_minimal_root_binds_python_lib_dirs_of_a_prefix_not_a_project_beside_them():
-    from selfevo.verifiers.sandbox import _in_lib_of
-
-    assert _in_lib_of("/usr/lib/python3/dist-packages", "/usr")
-    assert _in_lib_of("/work/main/.venv/lib/python3.11/site-packages", "/work/main/.venv")
-    assert not _in_lib_of("/usr/src/app", "/usr")  # an editable install's project folder inside a prefix
-    assert not _in_lib_of("/work/main", "/work/main/.venv")
-    assert not _in_lib_of("/usr", "/usr")
+    in_lib_of = harness_for_tests()._in_lib_of
+    assert in_lib_of("/usr/lib/python3/dist-packages", "/usr")
+    assert in_lib_of("/work/main/.venv/lib/python3.11/site-packages", "/work/main/.venv")
+    assert not in_lib_of("/usr/src/app", "/usr")  # an editable install's project folder inside a prefix
+    assert not in_lib_of("/work/main", "/work/main/.venv")
+    assert not in_lib_of("/usr", "/usr")

@@ -10,11 +10,13 @@ from selfevo.types import Task
 from selfevo.verifiers import verify
 from selfevo.verifiers.code import (build_steps, evalplus_compare, extract_code, lcb_functional_case, lcb_method_name,
                                     lcb_task, limits_for, split_tests)
-from selfevo.verifiers.sandbox import (_evalplus_equal, _foreign_type, _json_equal, call_step, outputs_match,
-                                      run_program)
+from selfevo.verifiers.sandbox import call_step, harness_for_tests, run_program
 
 FAST = {"wall_s": 20.0, "cpu_s": 20.0, "unit_s": 2.0, "load_s": 5.0, "memory_mb": 1024}
 DATA = os.environ.get("SELFEVO_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+HARNESS = harness_for_tests()  # the child harness, for its pure parts: output oracles and type checks
+outputs_match, json_equal, evalplus_equal, foreign_type = (HARNESS.outputs_match, HARNESS._json_equal,
+                                                           HARNESS._evalplus_equal, HARNESS._foreign_type)
 
 
 def code_task(tests: str = "", entry_point: str = "", **meta) -> Task:
@@ -187,9 +189,9 @@ def test_outputs_match():
 
 
 def test_json_and_type_checks():
-    assert _json_equal((1, [2, (3,)]), [1, [2, [3]]])
-    assert not _json_equal([1], [2])
-    assert _foreign_type([1, (2.0, "x"), {"a": None}], set()) == ""
+    assert json_equal((1, [2, (3,)]), [1, [2, [3]]])
+    assert not json_equal([1], [2])
+    assert foreign_type([1, (2.0, "x"), {"a": None}], set()) == ""
 
     class Plain(int):
         pass
@@ -201,20 +203,20 @@ def test_json_and_type_checks():
         def __iter__(self):
             return iter([1, 2])
 
-    assert _foreign_type([Plain(1)], set()) == ""  # overrides nothing: int's own == applies
-    assert _foreign_type([Fake(1)], set()) == "Fake (it overrides Fake.__eq__)"
-    assert _foreign_type({"k": [Lying()]}, set()).startswith("Lying")
-    assert _foreign_type([Fake(1)], {Fake}) == ""
-    assert _foreign_type(re.match("a", "a"), set()) == ""  # a C heap type
+    assert foreign_type([Plain(1)], set()) == ""  # overrides nothing: int's own == applies
+    assert foreign_type([Fake(1)], set()) == "Fake (it overrides Fake.__eq__)"
+    assert foreign_type({"k": [Lying()]}, set()).startswith("Lying")
+    assert foreign_type([Fake(1)], {Fake}) == ""
+    assert foreign_type(re.match("a", "a"), set()) == ""  # a C heap type
 
 
 def test_large_outputs_are_checked_completely():
     class Fake(int):
         __eq__ = int.__ne__
 
-    assert _foreign_type(list(range(2_000_000)), set()) == ""  # flat lists of plain scalars: checked at C speed
-    assert _foreign_type(list(range(2_000_000)) + [Fake(1)], set()).startswith("Fake")
-    assert _foreign_type([[1, 2]] * 20_000_000, set()) == "a value too large to check"  # fails closed
+    assert foreign_type(list(range(2_000_000)), set()) == ""  # flat lists of plain scalars: checked at C speed
+    assert foreign_type(list(range(2_000_000)) + [Fake(1)], set()).startswith("Fake")
+    assert foreign_type([[1, 2]] * 20_000_000, set()) == "a value too large to check"  # fails closed
 
 
 def test_call_target_named_like_a_builtin():
@@ -227,15 +229,15 @@ def test_call_target_named_like_a_builtin():
 
 def test_evalplus_oracle_modes():
     exact = {"kind": "evalplus", "mode": "exact", "atol": 0}
-    assert _evalplus_equal(3, 3, exact, [])
-    assert _evalplus_equal(0.1 + 0.2, 0.3, exact, [])  # floats get atol 1e-6
-    assert not _evalplus_equal([1.0], (1.0,), {**exact, "atol": 1e-6}, [])  # type must match
-    assert _evalplus_equal([2, 1], [1, 2], {**exact, "mode": "set"}, [])
-    assert _evalplus_equal("match", True, {**exact, "mode": "not_none"}, [])
-    assert _evalplus_equal(1.0, 5.0, {**exact, "mode": "poly", "atol": 1e-4}, [[-1.0, 1.0]])
-    assert _evalplus_equal(0, 7, {**exact, "mode": "alt", "alt": 0}, [])
-    assert _evalplus_equal([1.0, [2.0, float("inf")]], [1.0 + 1e-9, [2.0, float("inf")]], {**exact, "atol": 1e-6}, [])
-    assert not _evalplus_equal([1.0, float("nan")], [1.0, float("nan")], {**exact, "atol": 1e-6}, [])
+    assert evalplus_equal(3, 3, exact, [])
+    assert evalplus_equal(0.1 + 0.2, 0.3, exact, [])  # floats get atol 1e-6
+    assert not evalplus_equal([1.0], (1.0,), {**exact, "atol": 1e-6}, [])  # type must match
+    assert evalplus_equal([2, 1], [1, 2], {**exact, "mode": "set"}, [])
+    assert evalplus_equal("match", True, {**exact, "mode": "not_none"}, [])
+    assert evalplus_equal(1.0, 5.0, {**exact, "mode": "poly", "atol": 1e-4}, [[-1.0, 1.0]])
+    assert evalplus_equal(0, 7, {**exact, "mode": "alt", "alt": 0}, [])
+    assert evalplus_equal([1.0, [2.0, float("inf")]], [1.0 + 1e-9, [2.0, float("inf")]], {**exact, "atol": 1e-6}, [])
+    assert not evalplus_equal([1.0, float("nan")], [1.0, float("nan")], {**exact, "atol": 1e-6}, [])
     assert evalplus_compare("humaneval", "find_zero", 1e-4, [[1, 2]])["mode"] == "poly"
     assert evalplus_compare("mbpp", "similar_elements", 0, [[1], [2]])["mode"] == "set"
     assert evalplus_compare("mbpp", "sum_div", 0, [4]) == {"kind": "evalplus", "mode": "alt", "atol": 0, "alt": 0}
