@@ -252,3 +252,18 @@ def test_cli_resume_appends_one_launch_and_one_step(comas_run):
     eps = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
     assert [e["step"] for e in eps] == [0, 0, 1, 1, 2, 2]
     assert (out / "adapters" / "step_2" / "agent1" / "adapter_config.json").exists()
+
+
+def test_a_run_logs_only_its_own_sandbox_jobs(tmp_path):
+    """Code verified in this process before the run (another run, a test) is not counted in the run's first step."""
+    import golden_engine  # noqa: F401  (registers engine "golden")
+
+    from selfevo.verifiers.sandbox import _count_fs_mode
+
+    _count_fs_mode("none")  # a sandbox job of someone else's
+    out = tmp_path / "run"
+    assert cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "agents=2",
+                     "engine.name=golden", "trainer.max_steps=1", "trainer.tasks_per_step=1", "data.n_math=2",
+                     "data.n_code=0", "data.n_science=0", f"output_dir={out}"]) == 0
+    (m,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert "sandbox_fs" not in m  # math tasks only: no code was verified during the run

@@ -132,6 +132,7 @@ class Loop:
                                  cfg.log.wandb_project, OmegaConf.to_container(cfg))
         self.bar: tqdm | None = None
         self.step, self._step_start = self.first_step, time.perf_counter()
+        take_fs_modes()  # sandbox jobs counted before this run (another run in this process) are not this run's
 
     def _start(self) -> tuple[int, dict]:
         if self.cfg.resume:
