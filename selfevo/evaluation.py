@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from selfevo.config import DTYPES, ConfigError, load_config, opt
+from selfevo.errors import ONE_LINE_ERRORS, OneLineParser
 from selfevo.loop.memory import release_freed_memory
 from selfevo.types import SamplingParams, Task
 
@@ -356,8 +357,6 @@ def run_eval(args: EvalArgs, store=None, engine=None, verifier: Callable | None 
 
 
 def _parser():
-    from selfevo.cli import OneLineParser
-
     parser = OneLineParser(prog="selfevo eval", add_help=False)
     parser.add_argument("--preset", default=None, help="a .yaml file of keys (the command line overrides it)")
     parser.add_argument("--dry-run", action="store_true", help="resolve, validate and print the keys; run nothing")
@@ -389,20 +388,10 @@ def main(argv: list[str]) -> int:
             print(OmegaConf.to_yaml({**OmegaConf.to_container(cfg), "setup_options": options}), end="")
             return 0
         run_eval(eval_args(cfg, options))
-    except _user_errors() as exc:
+    except ONE_LINE_ERRORS as exc:
         print(f"selfevo eval: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from selfevo.models import ModelError
-    from selfevo.registry import RegistryError
-    from selfevo.cli import UsageError
-    from selfevo.setups import SetupError
-    from selfevo.tasks import TaskDataError
-
-    return (ConfigError, UsageError, SetupError, TaskDataError, RegistryError, ModelError, FileNotFoundError)
 
 
 if __name__ == "__main__":

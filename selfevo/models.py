@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from selfevo.errors import SelfevoError
+
 # A plain chat layout for base models that ship no chat template (Gemma 3 270M base).
 PLAIN_CHAT_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
@@ -28,7 +30,7 @@ PLAIN_CHAT_TEMPLATE = (
 )
 
 
-class ModelError(RuntimeError):
+class ModelError(SelfevoError, RuntimeError):
     """A model name that cannot be resolved; the message is one line and says what to do."""
 
 

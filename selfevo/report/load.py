@@ -12,6 +12,8 @@ import math
 from pathlib import Path
 from typing import Any, Iterator
 
+from selfevo.errors import SelfevoError
+
 RUN_FILES = ("metrics.jsonl", "config.yaml", "run.json", "episodes.jsonl")
 
 # Turn labels whose text answers the episode's task (CoMAS solver, SAGE solver, MAESTRO executors, generic final
@@ -22,7 +24,7 @@ CHEAP_VERIFIERS = frozenset({"math", "mcq", "numeric"})  # code runs a sandboxed
 VERIFY_LIMIT = 2000  # default: at most this many turns are verified per report (~5 ms each; the rest say so)
 
 
-class ReportError(ValueError):
+class ReportError(SelfevoError, ValueError):
     """A directory or file the report cannot read, said in one line."""
 
 

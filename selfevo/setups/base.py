@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Generator, Sequence
 
+from selfevo.errors import SelfevoError
 from selfevo.interaction import Ask, Episode, Runner, Turn, request_seed  # noqa: F401  (request_seed: re-exported)
 from selfevo.registry import Registry
 from selfevo.types import SamplingParams, Task
@@ -31,7 +32,7 @@ from selfevo.verifiers.base import Verdict
 SETUPS: Registry[type["Setup"]] = Registry("setup")
 
 
-class SetupError(ValueError):
+class SetupError(SelfevoError, ValueError):
     """A bad setup option or argument, said in one line."""
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from selfevo.errors import SelfevoError
 from selfevo.registry import Registry
 from selfevo.types import Task
 
@@ -36,7 +37,7 @@ DEFAULT_RELATIVE_ROOT = os.path.join("..", "shared", "data")  # relative to the 
 SOURCES = ("local", "hub")
 
 
-class TaskDataError(ValueError):
+class TaskDataError(SelfevoError, ValueError):
     """A benchmark could not be loaded; the message is one line saying what and where (``core``: the message
     without the advice at its end, for an error that joins two)."""
 
