@@ -53,6 +53,20 @@ def test_comas_end_to_end():
     assert W.comas_rewards(W.parse_score("no tag"))["scorer"] == -1.0
 
 
+# ---------------------------------------------------------------- CoMAS w/o scoring (Sec. 4.3.1, App. J)
+def test_support_ratio_and_agreement():
+    # App. J (failure mode without scoring): two evaluations, both "correct" -> full support, full agreement
+    assert W.support_ratio([True, True]) == 1.0
+    assert W.verdict_agreement([True, True], 0) == W.verdict_agreement([True, True], 1) == 1.0
+    verdicts = [True, False, True, None]
+    assert W.support_ratio(verdicts) == pytest.approx(2 / 3)  # unparsed verdicts are left out
+    assert W.verdict_agreement(verdicts, 0) == pytest.approx(1 / 2)  # others parsed: False, True
+    assert W.verdict_agreement(verdicts, 1) == 0.0
+    assert W.verdict_agreement(verdicts, 3) is None
+    assert W.verdict_agreement([False], 0) is None  # n = 1: nothing to agree with
+    assert W.support_ratio([None, None]) is None and W.support_ratio([]) is None
+
+
 # ---------------------------------------------------------------- SAGE Norm (Eq. 2)
 @pytest.mark.parametrize("s,want", [
     (0, 0.0), (0.3, 0.3), (1, 1.0),          # first branch, incl. s = 1 (as written in Eq. 2)

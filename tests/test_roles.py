@@ -8,7 +8,6 @@ from selfevo.roles import (
     RoleError,
     EMPTY_DISCUSSION, ROLES, Evaluator, HistoryItem, Judge, Parsed, Role, Scorer, Solver, VerdictEvaluator,
     comas_roles, get_role, group_rounds, last_rounds, load_template, parse_verdict, strip_special_tokens,
-    support_ratio, verdict_agreement,
 )
 from selfevo.roles.comas import DOMAINS, TEMPLATE_SETS, comas_domain
 from selfevo.types import Task
@@ -267,19 +266,6 @@ def test_without_scoring_prompt_asks_for_verdict():
         assert "test cases that cannot be passed" in text
         assert text.endswith('"<judgment>" and "</judgment>" tags, e.g. <judgment>incorrect</judgment>.')
         assert not SLOT.search(text)
-
-
-def test_support_ratio_and_agreement():
-    # App. J (failure mode without scoring): two evaluations, both "correct" -> full support, full agreement
-    assert support_ratio([True, True]) == 1.0
-    assert verdict_agreement([True, True], 0) == verdict_agreement([True, True], 1) == 1.0
-    verdicts = [True, False, True, None]
-    assert support_ratio(verdicts) == pytest.approx(2 / 3)  # unparsed verdicts are left out
-    assert verdict_agreement(verdicts, 0) == pytest.approx(1 / 2)  # others parsed: False, True
-    assert verdict_agreement(verdicts, 1) == 0.0
-    assert verdict_agreement(verdicts, 3) is None
-    assert verdict_agreement([False], 0) is None  # n = 1: nothing to agree with
-    assert support_ratio([None, None]) is None and support_ratio([]) is None
 
 
 # ---------------------------------------------------------------- registry and variants

@@ -5,12 +5,12 @@ import re
 
 import pytest
 
-from selfevo.setups import (SETUPS, SetupError, coverage_identification, majority_vote, make_setup,
-                            normalize_answer, parse_selection, run_setup)
+from selfevo.setups import SETUPS, SetupError, coverage_identification, make_setup, parse_selection, run_setup
 from selfevo.setups.autogen import TERMINATE
 from selfevo.setups.maestro import shorten
 from selfevo.tasks import load_tasks
 from selfevo.types import Completion, SamplingParams, Task
+from selfevo.verifiers.voting import majority_vote, normalize_answer
 
 DATA = os.environ.get("SELFEVO_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason="benchmark data not found (set SELFEVO_DATA)")

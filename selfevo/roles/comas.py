@@ -3,7 +3,8 @@
 Interaction patterns (Sec. 3.1): solution ``s_i = u_k(q, h_q)`` (Eq. 3), evaluation ``e_ij = u_k(q, h_q, s_i)``
 (Eq. 4), scoring ``tau_ij = u_k(q, s_i, e_ij)`` (Eq. 5); the history ``h_q`` is cut to the last κ rounds.
 Ablations (Sec. 4.3.1, App. J): *without evaluation* (:class:`Judge`) and *without scoring*
-(:class:`VerdictEvaluator`, :func:`support_ratio`, :func:`verdict_agreement`).
+(:class:`VerdictEvaluator`; its rewards are :func:`selfevo.rewards.formulas.support_ratio` and
+:func:`~selfevo.rewards.formulas.verdict_agreement`).
 
 Templates (files in ``selfevo/roles/templates``), two sets:
 
@@ -45,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from selfevo.roles.base import (
     Context, Parsed, Role, chat, drop_paragraph, fill, load_template, register_role, render_discussion,
@@ -116,23 +117,6 @@ def parse_verdict_result(text: str | None) -> Parsed:
     if not text or not _JUDGMENT_TAG.search(text):
         return Parsed.failure("no <judgment>...</judgment> tag")
     return Parsed.failure("the last <judgment>...</judgment> tag is neither 'correct' nor 'incorrect'")
-
-
-def support_ratio(verdicts: Sequence[bool | None]) -> float | None:
-    """W/o-scoring solution reward (Sec. 4.3.1, "a supporting ratio as the reward signal"): the fraction of the
-    solution's parsed verdicts that are ``correct``. Unparsed verdicts (None) are left out; None if none parsed."""
-    parsed = [v for v in verdicts if v is not None]
-    return sum(parsed) / len(parsed) if parsed else None
-
-
-def verdict_agreement(verdicts: Sequence[bool | None], j: int) -> float | None:
-    """W/o-scoring reward of evaluation ``j`` ("based on mutual consistency"): the fraction of the OTHER parsed
-    verdicts on the same solution that equal verdict ``j``. None if ``j`` is unparsed or no other verdict parsed
-    (with n = 1 evaluation per solution there is nothing to agree with: the ablation needs n >= 2)."""
-    if verdicts[j] is None:
-        return None
-    others = [v for i, v in enumerate(verdicts) if i != j and v is not None]
-    return sum(v == verdicts[j] for v in others) / len(others) if others else None
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from selfevo.setups.base import (SETUPS, Setup, SetupError, SetupRun, TaskResult, Turn, Vote, answer_equivalence,
-                                 coerce_option, majority_vote, normalize_answer, option_names, request_seed,
-                                 turn_record)
+from selfevo.setups.base import (SETUPS, Setup, SetupError, SetupRun, TaskResult, Turn, coerce_option, option_names,
+                                 request_seed, turn_record)
 from selfevo.setups import vanilla, consistency, autogen, debate, maestro  # noqa: E402,F401,I001  (registers)
 from selfevo.setups.maestro import Selection, coverage_identification, parse_selection
 from selfevo.types import SamplingParams, Task
@@ -40,7 +39,6 @@ def run_setup(name: str, tasks: Sequence[Task], engine, sampling: SamplingParams
     return make_setup(name, engine, sampling, agents, seed, verifier, progress, **options).run(tasks)
 
 
-__all__ = ["SETUPS", "Selection", "Setup", "SetupError", "SetupRun", "TaskResult", "Turn", "Vote",
-           "answer_equivalence", "coerce_option", "coverage_identification", "make_setup", "majority_vote",
-           "normalize_answer", "option_names", "parse_selection", "request_seed", "run_setup", "setup_names",
-           "turn_record"]
+__all__ = ["SETUPS", "Selection", "Setup", "SetupError", "SetupRun", "TaskResult", "Turn", "coerce_option",
+           "coverage_identification", "make_setup", "option_names", "parse_selection", "request_seed", "run_setup",
+           "setup_names", "turn_record"]
