@@ -3,13 +3,13 @@ import re
 
 import pytest
 
-from selfevo import rewards
 from selfevo.roles import (
     RoleError,
     EMPTY_DISCUSSION, ROLES, Evaluator, HistoryItem, Judge, Parsed, Role, Scorer, Solver, VerdictEvaluator,
     comas_roles, get_role, group_rounds, last_rounds, load_template, parse_verdict, strip_special_tokens,
 )
 from selfevo.roles.comas import DOMAINS, TEMPLATE_SETS, comas_domain
+from selfevo.roles.parsers import parse_score
 from selfevo.types import Task
 
 SETS_DOMAINS = [(s, d) for s in TEMPLATE_SETS for d in DOMAINS]
@@ -188,7 +188,7 @@ def test_sanitize_off_keeps_tokens_and_parse_sanitises():
     assert Evaluator().parse("<|im_end|>  ") == Parsed(False, None, "empty evaluation")
 
 
-# ---------------------------------------------------------------- score parsing (strict, = rewards.parse_score)
+# ---------------------------------------------------------------- score parsing (strict, = roles.parsers.parse_score)
 SCORE_CASES = [
     ("The evaluation is wrong.\n<score>3</score>", 3),
     ("<score>1</score> on second thought <score>2</score>", 2),
@@ -207,7 +207,7 @@ SCORE_CASES = [
 @pytest.mark.parametrize("role", [Scorer(), Judge()])
 def test_score_parse(role, text, want):
     parsed = role.parse(text)
-    assert want == rewards.parse_score(text)
+    assert want == parse_score(text)
     assert (parsed.ok, parsed.value) == (want is not None, want)
     assert (parsed.error is None) == (want is not None)
 

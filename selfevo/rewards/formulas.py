@@ -1,8 +1,8 @@
 """Reward formulas of CoMAS and SAGE as pure functions over python numbers and strings.
 
-* CoMAS (arXiv 2510.08529, ``/work/shared/papers/001_*``) Sec. 3.2: Eq. 6 (Extract), Eq. 7 (solver/evaluator
-  zero-sum rewards), Eq. 8 (scorer format penalty); Sec. 4.3.1 the w/o-scoring ablation's support ratio and
-  verdict agreement.
+* CoMAS (arXiv 2510.08529, ``/work/shared/papers/001_*``) Sec. 3.2: Eq. 7 (solver/evaluator zero-sum rewards on
+  the score that Eq. 6 extracts, :func:`selfevo.roles.parsers.parse_score`), Eq. 8 (scorer format penalty);
+  Sec. 4.3.1: the w/o-scoring ablation's support ratio and verdict agreement.
 * SAGE (arXiv 2603.15255, ``/work/shared/papers/003_*``) Sec. 4 and Algorithm 1: Eq. 2 (Norm), Eq. 4-6
   (Challenger), Eq. 7-8 (Planner), Eq. 9-11 (Solver), Eq. 13 (Critic).
 
@@ -28,10 +28,9 @@ from __future__ import annotations
 import math
 from typing import Iterable, Mapping, Sequence
 
-from selfevo.roles.parsers import parse_score
 
 __all__ = [
-    "parse_score", "comas_rewards", "support_ratio", "verdict_agreement",
+    "comas_rewards", "support_ratio", "verdict_agreement",
     "sage_norm", "soft_format_reward", "sage_difficulty", "sage_challenger_reward", "sage_plan_gate",
     "sage_planner_reward", "sage_solver_reward", "sage_critic_reward",
 ]

@@ -81,7 +81,7 @@ def comas_domain(domain: str) -> str:
 # --------------------------------------------------------------------------------------------------------------
 
 def parse_score_result(text: str | None) -> Parsed:
-    """:func:`selfevo.rewards.parse_score` as a :class:`Parsed`: the score 1/2/3, or a failure saying why."""
+    """:func:`selfevo.roles.parsers.parse_score` as a :class:`Parsed`: the score 1/2/3, or a failure saying why."""
     score = parse_score(text)
     if score is not None:
         return Parsed.success(score)
@@ -99,7 +99,7 @@ def parse_verdict(text: str | None) -> bool | None:
     """The w/o-scoring verdict: the LAST ``<judgment>...</judgment>`` tag, ``correct`` → True (the evaluation
     supports the solution), ``incorrect`` → False; anything else None.
 
-    Strict in the way of :func:`~selfevo.rewards.parse_score`: the last tag decides, an echoed instruction as the
+    Strict in the way of :func:`~selfevo.roles.parsers.parse_score`: the last tag decides, an echoed instruction as the
     last tag fails, tag names are case-sensitive; the body may differ in case and surrounding whitespace
     (``<judgment> Correct </judgment>`` → True). No fallback to the words "correct"/"incorrect" outside a tag.
     """

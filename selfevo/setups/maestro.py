@@ -30,13 +30,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from selfevo.protocols.maestro import MODES, MaestroProtocol, coverage_identification, maestro_metrics, read_replay
-from selfevo.roles.maestro import (BOXED_FORMAT, CENTRAL, CODE_FORMAT, INITIAL, INTERACTIVE, VIEWS, Selection,
-                                   answer_format, broadcast, parse_selection, shorten)
+from selfevo.protocols.maestro import MODES, MaestroProtocol, maestro_metrics, read_replay
+from selfevo.roles.maestro import VIEWS
 from selfevo.setups.base import SETUPS, Episode, Setup, SetupError
 
-__all__ = ["BOXED_FORMAT", "CENTRAL", "CODE_FORMAT", "INITIAL", "INTERACTIVE", "MaestroOptions", "MaestroSelect",
-           "Selection", "answer_format", "broadcast", "coverage_identification", "parse_selection", "shorten"]
+__all__ = ["MaestroOptions", "MaestroSelect"]
 
 
 @dataclass
