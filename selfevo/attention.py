@@ -14,8 +14,6 @@ SmolLM2 shapes at 600 tokens). Whenever a padding mask is given (the engines alw
 from __future__ import annotations
 
 import torch
-from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "selfevo_gqa"
 
@@ -58,6 +56,8 @@ def _sdpa(module, query, key, value, attention_mask, scaling, dropout):
 
 
 def _mask(*args, **kwargs):
+    from transformers.masking_utils import sdpa_mask
+
     # skip only without a padding mask over a whole sequence (see the module doc); never for a growing KV cache,
     # whose spare capacity must be masked
     whole = kwargs.get("q_length") is not None and kwargs.get("q_length") == kwargs.get("kv_length")
@@ -68,6 +68,11 @@ def _mask(*args, **kwargs):
 
 def register() -> str:
     """Make ``attn_implementation="selfevo_gqa"`` known to transformers (idempotent); returns the name."""
+    # imported here: transformers' attention registries load its modeling code (and sympy), which the KV cache and
+    # the lean decoder, importing NAME, do not need
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
     AttentionInterface.register(NAME, gqa_attention)
     AttentionMaskInterface.register(NAME, _mask)
     return NAME

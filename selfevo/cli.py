@@ -34,6 +34,8 @@ examples:
 """
 
 
+# Each command imports its parts inside its function: `selfevo --help` and a mistyped command load nothing, and the
+# data commands (verify, prepare data, report) run without importing torch.
 def _ls() -> int:
     from selfevo import config, models
     from selfevo.engines import ENGINES

@@ -71,7 +71,7 @@ def _resolve(choices: Any) -> tuple | None:
 
 
 def _engine_names() -> list[str]:
-    from selfevo.engines import ENGINES
+    from selfevo.engines import ENGINES  # imported when a config is checked: the engines load torch and transformers
 
     return ENGINES.names()
 

@@ -27,16 +27,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from selfevo.protocols.maestro import MODES, MaestroProtocol, maestro_metrics
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, Turn
 from selfevo.loop import DataCfg, EvalCfg, Loop, RunCfg, TrainerCfg, rollout_timing, timed, update_timing
 from selfevo.loop.metrics import mean, turn_metrics
 from selfevo.optimizers import OPTIMIZERS
+from selfevo.protocols.maestro import MODES, MaestroProtocol, maestro_metrics
 from selfevo.rewards import assign, build_sources
 from selfevo.roles.maestro import VIEWS, central_spans
 from selfevo.tasks import load_tasks
 from selfevo.types import Task
+from selfevo.verifiers import verify
 
 
 # ---- config -----------------------------------------------------------------------------------------------------
@@ -124,8 +125,6 @@ def make_protocol(cfg, executors: list, step: int | str, verdict, samples: int) 
 
 def cached_verdict():
     """``verdict(task, text)`` by the task's verifier, each (task, text) judged once."""
-    from selfevo.verifiers import verify
-
     seen: dict = {}
 
     def verdict(task: Task, text: str):

@@ -27,6 +27,7 @@ from selfevo.loop import DataCfg, Loop, RunCfg, TrainerCfg, checkpoint, rollout_
 from selfevo.loop.metrics import turn_metrics
 from selfevo.loop.pool import QuestionPool
 from selfevo.rewards import REWARD_SOURCES, assign
+from selfevo.rewards.formulas import sage_difficulty, sage_norm, sage_plan_gate
 from selfevo.roles import get_role
 from selfevo.roles.sage import format_tags
 from selfevo.tasks import sage_seed_set
@@ -150,8 +151,6 @@ def chained_challenger(a: Agents, ep: Episode):
 
 def plan_solve_program(a: Agents, p: SageProtocolCfg):
     """Planner → Critic on the plan → Solver (with the plan iff Norm(s_p) ≥ β)."""
-    from selfevo.rewards.formulas import sage_norm, sage_plan_gate
-
     def program(ep: Episode):
         plan = None
         if p.plan:
@@ -169,8 +168,6 @@ def plan_solve_program(a: Agents, p: SageProtocolCfg):
 def admit(ep: Episode, pool: QuestionPool, p: SageProtocolCfg, step: int) -> str | None:
     """Algorithm 1 lines 7-13 for one challenge episode: fills ``ep.meta`` (s_q, r_d, valid) and adds the new item
     to the pool; returns the rejection reason (None = admitted)."""
-    from selfevo.rewards.formulas import sage_difficulty, sage_norm
-
     ch = [t for t in ep.turns if t.role == "challenger"][-1]
     if not ch.parsed.ok:
         return "unparsable answer" if ch.parsed.error.startswith("unparsable answer") else "format"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Generator, Sequence
 
 from selfevo.errors import SelfevoError
-from selfevo.interaction import Ask, Episode, Runner, Turn, request_seed  # noqa: F401  (request_seed: re-exported)
+from selfevo.interaction import Ask, Episode, Runner, Turn
 from selfevo.registry import Registry
 from selfevo.types import SamplingParams, Task
 from selfevo.verifiers import verify

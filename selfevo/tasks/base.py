@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from selfevo.errors import SelfevoError
+from selfevo.models import cache_root
 from selfevo.registry import Registry
 from selfevo.types import Task
 
@@ -218,8 +219,6 @@ def get_task_spec(name: str) -> TaskSpec:
 def data_cache() -> Path:
     """The benchmark-data cache: ``data/`` of selfevo's cache folder (``$SELFEVO_CACHE``, default
     ``~/.cache/selfevo``), filled by ``selfevo prepare data``."""
-    from selfevo.models import cache_root  # the one cache-root helper (models/ lives beside data/)
-
     return cache_root() / "data"
 
 

@@ -510,7 +510,9 @@ def _signal_reason(signum: int, limits: Limits) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Child side: the harness (runs as ``python -I -B sandbox.py``; must stay standard-library only)
+# Child side: the harness (runs as ``python -I -B sandbox.py``; must stay standard-library only). ctypes and the
+# low-level modules the guard patches (_socket, _posixsubprocess, posix, _thread, gc) are imported inside the
+# functions that use them: ctypes must not stay a module global (``_forget_ctypes`` drops it before the program runs).
 # ----------------------------------------------------------------------------------------------------------------
 
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
