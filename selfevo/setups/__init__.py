@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from selfevo.setups.base import SETUPS, Setup, SetupError, SetupRun, TaskResult, coerce_option, option_names, turn_record
+from selfevo.setups.base import (SETUPS, Setup, SetupError, SetupRun, TaskResult, coerce_option, option_names,
+                                 turn_record)
 from selfevo.setups import vanilla, consistency, autogen, debate, maestro  # noqa: F401,I001  (registers)
 from selfevo.types import SamplingParams, Task
 
