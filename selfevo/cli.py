@@ -11,6 +11,8 @@ import sys
 
 from omegaconf import OmegaConf
 
+from selfevo.errors import ONE_LINE_ERRORS, OneLineParser, UsageError
+
 USAGE = """selfevo: multi-agent self-evolution of LLMs (CoMAS, SAGE, MAESTRO/CLPO) on shared parts.
 
 commands:
@@ -32,6 +34,8 @@ examples:
 """
 
 
+# Each command imports its parts inside its function: `selfevo --help` and a mistyped command load nothing, and the
+# data commands (verify, prepare data, report) run without importing torch.
 def _ls() -> int:
     from selfevo import config, models
     from selfevo.engines import ENGINES
@@ -67,17 +71,6 @@ def _ls_kit() -> None:
     print(f"verifiers: {', '.join(verifier_names())}")
     print(f"benchmarks: {', '.join(task_names())}")
     print(f"inference setups: {', '.join(SETUPS.names())}")
-
-
-class UsageError(ValueError):
-    """A command line that cannot be parsed, said in one line."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argparse parser whose errors are one-line :class:`UsageError`\\ s (printed by :func:`main`, exit 2)."""
-
-    def error(self, message: str):
-        raise UsageError(message)
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -196,21 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return command(argv[1:])
-    except _user_errors() as exc:
+    except ONE_LINE_ERRORS as exc:
         print(f"selfevo: {exc}", file=sys.stderr)
         return 2
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from selfevo.loop.checkpoint import CheckpointError
-    from selfevo.config import ConfigError
-    from selfevo.engines.base import EngineError
-    from selfevo.models import ModelError
-    from selfevo.registry import RegistryError
-    from selfevo.tasks import TaskDataError
-
-    return (UsageError, ConfigError, ModelError, RegistryError, CheckpointError, TaskDataError, FileNotFoundError,
-            EngineError)
 
 
 if __name__ == "__main__":

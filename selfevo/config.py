@@ -20,13 +20,15 @@ from typing import Any, Callable, Iterator, Sequence
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from selfevo.errors import SelfevoError
+
 CONFIG_DIR = Path(__file__).parent / "configs"
 DTYPES = ("float32", "bfloat16", "float16")
 
 Choices = Sequence[Any] | Callable[[], Sequence[Any]] | None
 
 
-class ConfigError(ValueError):
+class ConfigError(SelfevoError, ValueError):
     """A config problem, said in one line."""
 
 
@@ -69,7 +71,7 @@ def _resolve(choices: Any) -> tuple | None:
 
 
 def _engine_names() -> list[str]:
-    from selfevo.engines import ENGINES
+    from selfevo.engines import ENGINES  # imported when a config is checked: the engines load torch and transformers
 
     return ENGINES.names()
 

@@ -22,13 +22,12 @@ import os
 from typing import Any, Sequence, TypeVar
 
 import torch
+import torch.distributed as dist
 
 T = TypeVar("T")
 
 
 def _dist():
-    import torch.distributed as dist
-
     return dist if dist.is_available() else None
 
 

@@ -27,9 +27,17 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from omegaconf import MISSING, DictConfig, OmegaConf
+from tqdm import tqdm
 
 from selfevo.config import DTYPES, ConfigError, load_config, opt
+from selfevo.config import format_table as config_table
+from selfevo.engines import make_engine
+from selfevo.errors import ONE_LINE_ERRORS, OneLineParser
+from selfevo.loop.build import seed_everything
 from selfevo.loop.memory import release_freed_memory
+from selfevo.policy import LoraSettings, PolicyStore
+from selfevo.setups import SETUPS, coerce_option, make_setup, option_names
+from selfevo.tasks import format_prompt, load_tasks, task_names
 from selfevo.types import SamplingParams, Task
 
 TABLE_METRICS = ("coverage", "identification", "coverage_any", "select_parse_failures", "vote_agreement",
@@ -41,14 +49,10 @@ class EvalError(ConfigError):
 
 
 def _benchmark_names() -> list[str]:
-    from selfevo.tasks import task_names
-
     return task_names()
 
 
 def _setup_names() -> list[str]:
-    from selfevo.setups import SETUPS
-
     return SETUPS.names()
 
 
@@ -135,8 +139,6 @@ def load_eval_config(argv: Sequence[str], preset: str | None = None) -> tuple[Di
 
 def check_setups(options: dict[str, dict[str, Any]], n_adapters: int) -> None:
     """Build each setup once without an engine so that its option checks (``SetupError``) run before any work."""
-    from selfevo.setups import SETUPS
-
     agents = [f"agent{i}" for i in range(n_adapters)] or [None]
     for name, opts in options.items():
         SETUPS.get(name)(None, SamplingParams(), agents=agents, **opts)
@@ -145,8 +147,6 @@ def check_setups(options: dict[str, dict[str, Any]], n_adapters: int) -> None:
 def setup_options(setups: Sequence[str], pairs: Sequence[tuple[str, str]]) -> dict[str, dict[str, Any]]:
     """Give each ``(key, value)`` to every selected setup whose options have ``key`` (values coerced to the option's
     type); a key no selected setup has is a one-line :class:`EvalError` naming the closest known key."""
-    from selfevo.setups import SETUPS, coerce_option, option_names
-
     options: dict[str, dict[str, Any]] = {s: {} for s in setups}
     for key, value in pairs:
         takers = [s for s in setups if key in option_names(SETUPS.get(s).Options)]
@@ -189,8 +189,6 @@ def load_agents(store, model: str, adapters: Sequence[str]) -> list[str | None]:
 
 def load_adapter(store, model: str, name: str, path: str) -> str:
     """Add agent ``name`` on ``model`` with the LoRA settings of the PEFT folder ``path`` and load its weights."""
-    from selfevo.policy import LoraSettings
-
     cfg = json.loads((Path(path) / "adapter_config.json").read_text())
     targets = cfg.get("target_modules") or "all-linear"
     lora = LoraSettings(r=int(cfg.get("r", 16)), alpha=int(cfg.get("lora_alpha", 32)),
@@ -209,15 +207,11 @@ def setup_agents(name: str, agents: list[str | None], central: str | None, optio
     given agents in turn) and the central agent last (its ``agents[N]``)."""
     if name != "maestro_select" or central is None:
         return agents
-    from selfevo.setups import SETUPS
-
     n = options.get("n_agents", SETUPS.get(name).Options().n_agents)
     return [agents[i % len(agents)] for i in range(n)] + [central]
 
 
 def build_engine(name: str, store, dtype: str, max_batch: int, workdir: str | None = None):
-    from selfevo.engines import make_engine
-
     if name == "hf":
         return make_engine("hf", store, max_batch=max_batch)
     ranks = [store.backbones[store.agent_backbone[a]].model.peft_config[a].r for a in store.agents()]
@@ -243,9 +237,6 @@ def evaluate(setup_name: str, tasks: Sequence[Task], engine, sampling: SamplingP
              verifier: Callable | None = None, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run one setup on ``tasks``, score the final responses, and (with ``out_dir``) write results.json and
     items.jsonl there. Returns the results.json record."""
-    from selfevo.setups import make_setup
-    from selfevo.tasks import format_prompt
-
     setup = make_setup(setup_name, engine, sampling, agents=agents, seed=seed, verifier=verifier,
                        progress=progress, **(options or {}))
     start = time.perf_counter()
@@ -309,13 +300,6 @@ def format_table(records: Sequence[dict[str, Any]]) -> str:
 def run_eval(args: EvalArgs, store=None, engine=None, verifier: Callable | None = None,
              show_progress: bool = True) -> list[dict[str, Any]]:
     """Every benchmark × setup of ``args``; returns the results.json records (and writes all files)."""
-    from tqdm import tqdm
-
-    from selfevo.loop.build import seed_everything
-    from selfevo.policy import PolicyStore
-    from selfevo.setups import SETUPS
-    from selfevo.tasks import load_tasks
-
     seed_everything(args.seed)
     tasks = {b: load_tasks(b, args.split, data_root=args.data_root, limit=args.limit) for b in args.benchmarks}
     if store is None:
@@ -356,8 +340,6 @@ def run_eval(args: EvalArgs, store=None, engine=None, verifier: Callable | None 
 
 
 def _parser():
-    from selfevo.cli import OneLineParser
-
     parser = OneLineParser(prog="selfevo eval", add_help=False)
     parser.add_argument("--preset", default=None, help="a .yaml file of keys (the command line overrides it)")
     parser.add_argument("--dry-run", action="store_true", help="resolve, validate and print the keys; run nothing")
@@ -368,11 +350,8 @@ def _parser():
 
 def eval_help() -> str:
     """``selfevo eval --help``: the module doc, every key (default, allowed, meaning) and the setups' options."""
-    from selfevo.config import format_table
-    from selfevo.setups import SETUPS, option_names
-
     options = "\n".join(f"  {s}: {', '.join(option_names(SETUPS.get(s).Options)) or '-'}" for s in SETUPS.names())
-    return (f"{__doc__}\nkeys:\n{format_table(EvalConfig)}\n"
+    return (f"{__doc__}\nkeys:\n{config_table(EvalConfig)}\n"
             f"setup options (each goes to every selected setup that has it):\n{options}\n")
 
 
@@ -389,20 +368,10 @@ def main(argv: list[str]) -> int:
             print(OmegaConf.to_yaml({**OmegaConf.to_container(cfg), "setup_options": options}), end="")
             return 0
         run_eval(eval_args(cfg, options))
-    except _user_errors() as exc:
+    except ONE_LINE_ERRORS as exc:
         print(f"selfevo eval: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from selfevo.models import ModelError
-    from selfevo.registry import RegistryError
-    from selfevo.cli import UsageError
-    from selfevo.setups import SetupError
-    from selfevo.tasks import TaskDataError
-
-    return (ConfigError, UsageError, SetupError, TaskDataError, RegistryError, ModelError, FileNotFoundError)
 
 
 if __name__ == "__main__":

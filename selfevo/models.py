@@ -19,6 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from selfevo.errors import SelfevoError
+
+# torch, transformers (and selfevo.attention, which needs them), huggingface_hub and the Gemma parts package are
+# imported inside the functions that use them: the data commands (`selfevo prepare data`, `selfevo report`) read the
+# cache folder from this module without loading them.
+
 # A plain chat layout for base models that ship no chat template (Gemma 3 270M base).
 PLAIN_CHAT_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
@@ -28,7 +34,7 @@ PLAIN_CHAT_TEMPLATE = (
 )
 
 
-class ModelError(RuntimeError):
+class ModelError(SelfevoError, RuntimeError):
     """A model name that cannot be resolved; the message is one line and says what to do."""
 
 
@@ -227,8 +233,6 @@ DEVICES = ("auto", "cpu", "cuda")
 def resolve_device(spec: str = "auto") -> str:
     """Where models live: ``cuda`` is this process's GPU (``cuda:$LOCAL_RANK``, so torchrun gives each rank its
     own), ``auto`` that GPU when CUDA is available, else ``cpu``. ``cuda`` without CUDA is a one-line ValueError."""
-    import os
-
     import torch
 
     if spec not in DEVICES:
@@ -241,11 +245,11 @@ def resolve_device(spec: str = "auto") -> str:
 
 
 def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu", attn_implementation: str = "selfevo_gqa"):
-    """A causal LM in eval mode; attention defaults to selfevo's grouped-query kernel (see selfevo.engines.attention)."""
+    """A causal LM in eval mode; attention defaults to selfevo's grouped-query kernel (see selfevo.attention)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from selfevo.engines import attention
+    from selfevo import attention
 
     if attn_implementation == attention.NAME:
         attention.register()

@@ -4,10 +4,12 @@ from __future__ import annotations
 import difflib
 from typing import Callable, Generic, Iterator, TypeVar
 
+from selfevo.errors import SelfevoError
+
 T = TypeVar("T")
 
 
-class RegistryError(KeyError):
+class RegistryError(SelfevoError, KeyError):
     def __str__(self) -> str:  # KeyError quotes its message; a registry error is a plain sentence
         return str(self.args[0])
 

@@ -270,7 +270,8 @@ def test_lean_decoder_step_equals_the_model_forward(family):
     import copy
 
     import transformers
-    from selfevo.engines import attention, kvcache, lean
+    from selfevo import attention
+    from selfevo.engines import kvcache, lean
 
     attention.register()
     cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),

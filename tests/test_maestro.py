@@ -14,7 +14,7 @@ from maestro_engine import ScriptEngine, script  # registers engine "maestro_scr
 
 from selfevo import cli
 from selfevo.algorithms.maestro import clpo_rows, span_mask
-from selfevo.algorithms.maestro_protocol import STAGE2_STOP, MaestroProtocol, maestro_metrics, with_final
+from selfevo.protocols.maestro import STAGE2_STOP, MaestroProtocol, maestro_metrics, with_final
 from selfevo.interaction import Episode, Runner, Turn
 from selfevo.optimizers import OPTIMIZERS, OptimCfg, Samples
 from selfevo.optimizers.clpo import choice_advantages, slate_steps, slate_terms
@@ -592,7 +592,7 @@ def test_replayed_slates_give_the_same_records_without_generating_candidates(tmp
     that generated them, with no candidate call; a task missing from the file is a one-line error."""
     import json
 
-    from selfevo.algorithms.maestro_protocol import read_replay
+    from selfevo.protocols.maestro import read_replay
 
     tasks = [add_task(i) for i in range(3)]
     engine0, first = run_protocol(tasks, rounds=1)

@@ -1,4 +1,4 @@
-"""Hand-worked checks of selfevo.objectives (arithmetic written out in the comments)."""
+"""Hand-worked checks of selfevo.optimizers.objectives (arithmetic written out in the comments)."""
 import math
 
 import pytest

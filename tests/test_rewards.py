@@ -1,9 +1,10 @@
-"""Hand-worked checks of selfevo.rewards (CoMAS Eq. 6-8, SAGE Eq. 2-13)."""
+"""Hand-worked checks of selfevo.rewards (CoMAS Eq. 6-8, the w/o-scoring ablation, SAGE Eq. 2-13)."""
 import math
 
 import pytest
 
 from selfevo import rewards as W
+from selfevo.roles.parsers import parse_score
 
 
 def approx(x):
@@ -31,7 +32,7 @@ def approx(x):
     (None, None),
 ])
 def test_parse_score(text, want):
-    assert W.parse_score(text) == want
+    assert parse_score(text) == want
 
 
 def test_comas_rewards_eq7_eq8():
@@ -49,8 +50,22 @@ def test_comas_rewards_eq7_eq8():
 
 
 def test_comas_end_to_end():
-    assert W.comas_rewards(W.parse_score("fatal error <score>1</score>"))["evaluator"] == 1.0
-    assert W.comas_rewards(W.parse_score("no tag"))["scorer"] == -1.0
+    assert W.comas_rewards(parse_score("fatal error <score>1</score>"))["evaluator"] == 1.0
+    assert W.comas_rewards(parse_score("no tag"))["scorer"] == -1.0
+
+
+# ---------------------------------------------------------------- CoMAS w/o scoring (Sec. 4.3.1, App. J)
+def test_support_ratio_and_agreement():
+    # App. J (failure mode without scoring): two evaluations, both "correct" -> full support, full agreement
+    assert W.support_ratio([True, True]) == 1.0
+    assert W.verdict_agreement([True, True], 0) == W.verdict_agreement([True, True], 1) == 1.0
+    verdicts = [True, False, True, None]
+    assert W.support_ratio(verdicts) == pytest.approx(2 / 3)  # unparsed verdicts are left out
+    assert W.verdict_agreement(verdicts, 0) == pytest.approx(1 / 2)  # others parsed: False, True
+    assert W.verdict_agreement(verdicts, 1) == 0.0
+    assert W.verdict_agreement(verdicts, 3) is None
+    assert W.verdict_agreement([False], 0) is None  # n = 1: nothing to agree with
+    assert W.support_ratio([None, None]) is None and W.support_ratio([]) is None
 
 
 # ---------------------------------------------------------------- SAGE Norm (Eq. 2)

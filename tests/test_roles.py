@@ -3,14 +3,13 @@ import re
 
 import pytest
 
-from selfevo import rewards
 from selfevo.roles import (
     RoleError,
     EMPTY_DISCUSSION, ROLES, Evaluator, HistoryItem, Judge, Parsed, Role, Scorer, Solver, VerdictEvaluator,
     comas_roles, get_role, group_rounds, last_rounds, load_template, parse_verdict, strip_special_tokens,
-    support_ratio, verdict_agreement,
 )
 from selfevo.roles.comas import DOMAINS, TEMPLATE_SETS, comas_domain
+from selfevo.roles.parsers import parse_score
 from selfevo.types import Task
 
 SETS_DOMAINS = [(s, d) for s in TEMPLATE_SETS for d in DOMAINS]
@@ -189,7 +188,7 @@ def test_sanitize_off_keeps_tokens_and_parse_sanitises():
     assert Evaluator().parse("<|im_end|>  ") == Parsed(False, None, "empty evaluation")
 
 
-# ---------------------------------------------------------------- score parsing (strict, = rewards.parse_score)
+# ---------------------------------------------------------------- score parsing (strict, = roles.parsers.parse_score)
 SCORE_CASES = [
     ("The evaluation is wrong.\n<score>3</score>", 3),
     ("<score>1</score> on second thought <score>2</score>", 2),
@@ -208,7 +207,7 @@ SCORE_CASES = [
 @pytest.mark.parametrize("role", [Scorer(), Judge()])
 def test_score_parse(role, text, want):
     parsed = role.parse(text)
-    assert want == rewards.parse_score(text)
+    assert want == parse_score(text)
     assert (parsed.ok, parsed.value) == (want is not None, want)
     assert (parsed.error is None) == (want is not None)
 
@@ -267,19 +266,6 @@ def test_without_scoring_prompt_asks_for_verdict():
         assert "test cases that cannot be passed" in text
         assert text.endswith('"<judgment>" and "</judgment>" tags, e.g. <judgment>incorrect</judgment>.')
         assert not SLOT.search(text)
-
-
-def test_support_ratio_and_agreement():
-    # App. J (failure mode without scoring): two evaluations, both "correct" -> full support, full agreement
-    assert support_ratio([True, True]) == 1.0
-    assert verdict_agreement([True, True], 0) == verdict_agreement([True, True], 1) == 1.0
-    verdicts = [True, False, True, None]
-    assert support_ratio(verdicts) == pytest.approx(2 / 3)  # unparsed verdicts are left out
-    assert verdict_agreement(verdicts, 0) == pytest.approx(1 / 2)  # others parsed: False, True
-    assert verdict_agreement(verdicts, 1) == 0.0
-    assert verdict_agreement(verdicts, 3) is None
-    assert verdict_agreement([False], 0) is None  # n = 1: nothing to agree with
-    assert support_ratio([None, None]) is None and support_ratio([]) is None
 
 
 # ---------------------------------------------------------------- registry and variants

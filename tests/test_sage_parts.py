@@ -322,15 +322,15 @@ def test_validate_code_items():
 
 def test_non_deterministic_reference_is_caught(monkeypatch):
     """A reference whose second sandbox run scores differently (faked here: real flakiness is not reproducible)."""
-    import selfevo.verifiers as verifiers
+    import selfevo.verifiers.validate as validate
     from selfevo.verifiers.base import Verdict
 
     scores = iter([1.0, 0.0])
-    monkeypatch.setattr(verifiers, "verify", lambda task, response: Verdict(next(scores), "faked"))
+    monkeypatch.setattr(validate, "verify", lambda task, response: Verdict(next(scores), "faked"))
     assert validate_item(_code("assert add(1, 2) == 3\n", "def add(a, b):\n    return a + b\n")) == \
         "non-deterministic"
     runs = []
-    monkeypatch.setattr(verifiers, "verify", lambda task, response: runs.append(1) or Verdict(0.0, "faked"))
+    monkeypatch.setattr(validate, "verify", lambda task, response: runs.append(1) or Verdict(0.0, "faked"))
     assert validate_item(_code("assert add(1, 2) == 3\n", "def add(a, b):\n    return 0\n")) == "reference fails"
     assert len(runs) == 1  # a failing first run is not repeated
 

@@ -5,12 +5,13 @@ import re
 
 import pytest
 
-from selfevo.setups import (SETUPS, SetupError, coverage_identification, majority_vote, make_setup,
-                            normalize_answer, parse_selection, run_setup)
+from selfevo.protocols.maestro import coverage_identification
+from selfevo.roles.maestro import parse_selection, shorten
+from selfevo.setups import SETUPS, SetupError, make_setup, run_setup
 from selfevo.setups.autogen import TERMINATE
-from selfevo.setups.maestro import shorten
 from selfevo.tasks import load_tasks
 from selfevo.types import Completion, SamplingParams, Task
+from selfevo.verifiers.voting import majority_vote, normalize_answer
 
 DATA = os.environ.get("SELFEVO_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason="benchmark data not found (set SELFEVO_DATA)")
@@ -437,10 +438,6 @@ def test_turn_records_keep_the_items_schema():
     """``selfevo eval`` writes each turn as a JSON record with the fields it always had (``step`` = the turn's call)."""
     import json
 
-    from selfevo.interaction import Turn
-    from selfevo.setups import Turn as SetupTurn
-
-    assert SetupTurn is Turn
     engine = ScriptedEngine(lambda r: "\\boxed{2}")
     run = run_setup("maestro_select", [math_task("a", "QA", "2")], engine, SAMPLING, rounds=1, n_agents=1, k=2)
     records = json.loads(json.dumps(run.results[0].turn_records()))

@@ -8,7 +8,7 @@
     selfevo eval benchmark=gsm8k setup=maestro_select central_adapter=runs/maestro/adapters/final/central
 
 Paper: arXiv 2511.06134 (``papers/004``), Sec. 3 (Eq. 1-8), App. C.1. One step: the step's questions run through
-the MAESTRO rounds (:mod:`selfevo.algorithms.maestro_protocol`, the same program as ``selfevo eval
+the MAESTRO rounds (:mod:`selfevo.protocols.maestro`, the same program as ``selfevo eval
 setup=maestro_select``), N frozen execution agents (the base model; ``protocol.train_executors``: one adapter each,
 GRPO on the verifier reward of their candidates) × K candidates per round, R rounds; the greedy central output
 decides and broadcasts as at inference, and G more central outputs per slate are sampled for training (the slates
@@ -27,16 +27,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from selfevo.algorithms.maestro_protocol import MODES, MaestroProtocol, maestro_metrics
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, Turn
 from selfevo.loop import DataCfg, EvalCfg, Loop, Phase, RunCfg, TrainerCfg, Update
 from selfevo.loop.metrics import mean
 from selfevo.optimizers import OPTIMIZERS
+from selfevo.protocols.maestro import MODES, MaestroProtocol, maestro_metrics
 from selfevo.rewards import build_sources, labelled, weighted_sum
 from selfevo.roles.maestro import VIEWS, central_spans
 from selfevo.tasks import load_tasks
 from selfevo.types import Task
+from selfevo.verifiers import verify
 
 
 # ---- config -----------------------------------------------------------------------------------------------------
@@ -124,8 +125,6 @@ def make_protocol(cfg, executors: list, step: int | str, verdict, samples: int) 
 
 def cached_verdict():
     """``verdict(task, text)`` by the task's verifier, each (task, text) judged once."""
-    from selfevo.verifiers import verify
-
     seen: dict = {}
 
     def verdict(task: Task, text: str):

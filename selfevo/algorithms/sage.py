@@ -27,12 +27,12 @@ from selfevo.interaction import Episode, ask
 from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update, checkpoint
 from selfevo.loop.pool import QuestionPool
 from selfevo.rewards import REWARD_SOURCES
+from selfevo.rewards.formulas import sage_difficulty, sage_norm, sage_plan_gate
 from selfevo.roles import get_role
 from selfevo.roles.sage import format_tags
 from selfevo.tasks import sage_seed_set
 from selfevo.types import Task
 from selfevo.verifiers import verify
-from selfevo.rewards.formulas import sage_difficulty, sage_norm, sage_plan_gate
 from selfevo.verifiers.validate import check_generated, static_check, validate_item
 
 ROLES = ("challenger", "planner", "solver", "critic")

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Hashable, Protocol, Sequence
 
+from selfevo.errors import SelfevoError
 from selfevo.registry import Registry
 from selfevo.types import Completion, Request
 
 ENGINES: Registry = Registry("engine")
 
 
-class EngineError(RuntimeError):
+class EngineError(SelfevoError, RuntimeError):
     """An engine that cannot serve (a server dead, timed out, or refusing an adapter), said in one line."""
 
 

@@ -14,7 +14,7 @@ from typing import Hashable, Sequence
 
 import torch
 
-from selfevo.engines.base import ENGINES, render_prompt, truncate_at_stop
+from selfevo.engines.base import ENGINES, RequestSource, render_prompt, truncate_at_stop
 from selfevo.engines import kvcache, lean
 from selfevo.engines.multilora import MultiLoRA
 from selfevo.engines.packed import PackedLinears

@@ -4,7 +4,7 @@ transformers' ``DynamicLayer`` runs ``torch.cat`` over the whole cache for every
 cost more than all the attention maths of a SmolLM2 decode step. ``GrowingLayer`` writes each step into spare,
 zero-initialised capacity and hands attention the *whole* buffer: a view of the filled part would be
 non-contiguous and get copied by every attention matmul. Attention therefore sees more keys than the mask covers;
-:func:`selfevo.engines.attention.gqa_attention` treats keys past the mask as masked out (they are zeros, never NaN).
+:func:`selfevo.attention.gqa_attention` treats keys past the mask as masked out (they are zeros, never NaN).
 So this cache is only for models whose attention is ``selfevo_gqa``.
 """
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+from selfevo.attention import NAME
 
 
 class GrowingLayer(DynamicLayer):
@@ -58,8 +60,6 @@ def growing_cache(config, capacity: int = 0) -> DynamicCache:
 
     ``capacity``: tokens to reserve up front (prompt + new tokens), so the buffers never need to grow.
     """
-    from selfevo.engines.attention import NAME
-
     cache = DynamicCache(config=config)
     if getattr(config, "_attn_implementation", None) != NAME:
         return cache

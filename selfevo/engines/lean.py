@@ -4,7 +4,7 @@ At the recipes' decode shapes (a few rows) a step is mostly fixed costs: for Smo
 prompts) the matmuls, LoRA included, take ~14 ms of a ~38 ms step through transformers; the rest is mask
 construction, module dispatch and hooks per layer, and element-wise work. :class:`LeanDecoder` runs the same
 operations in the same order — the norms' and rotary embedding's own forwards, the cache's ``update``,
-:func:`~selfevo.engines.attention.gqa_attention` with the boolean padding mask transformers builds for one query,
+:func:`~selfevo.attention.gqa_attention` with the boolean padding mask transformers builds for one query,
 the base linears as they are (packed or not) plus the :class:`~selfevo.engines.multilora.MultiLoRA` deltas their
 hooks would add — over the model's own modules and weights, so its logits are the full forward's, bit for bit
 (tested); the step takes ~33 ms (64-token generations, prefill included). Only single-token decode steps go this
@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from selfevo.engines.attention import NAME, gqa_attention
+from selfevo.attention import NAME, gqa_attention
 
 FAMILIES = ("llama", "qwen2")
 

@@ -40,6 +40,7 @@ so a run's checkpoint is never touched by a failed step.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import http.client
 import json
 import os
@@ -63,7 +64,11 @@ from functools import partial
 from pathlib import Path
 from typing import Sequence
 
+import torch
+
+from selfevo import models
 from selfevo.engines.base import ENGINES, EngineError, render_prompt
+from selfevo.engines.vllm import cpu_defaults, require_vllm
 from selfevo.types import Completion, Request
 
 API_SERVER = (sys.executable, "-m", "vllm.entrypoints.openai.api_server")
@@ -224,21 +229,10 @@ def _stop_all() -> None:
         server.stop(grace=10.0)
 
 
-def _has_cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
-
-
 def _die_with_parent():
     """A ``preexec_fn``: SIGTERM the server when the process that started it dies (Linux), even by SIGKILL."""
     if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
         return None  # the signal fires when the starting *thread* ends: only safe from the main thread
-    import ctypes
-
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
@@ -323,8 +317,6 @@ class VLLMServerEngine:
 
     @staticmethod
     def _match(base: dict, backbones: list[str], url: str) -> str:
-        from selfevo import models
-
         names = {base.get("id"), base.get("root")}
         for b in backbones:
             if b in names:
@@ -343,15 +335,14 @@ class VLLMServerEngine:
             except ValueError as exc:
                 raise EngineError(f"engine.launcher: {exc}") from None
         if list(launcher) == list(API_SERVER):
-            from selfevo.engines.vllm import cpu_defaults, require_vllm
-
             require_vllm()
             cpu_defaults()
         try:
             extra = shlex.split(server_args)
         except ValueError as exc:
             raise EngineError(f"engine.server_args: {exc}") from None
-        eager = [] if _has_cuda() else ["--enforce-eager"]  # on CPU compiling costs a minute a start, gains nothing
+        # on CPU compiling costs a minute a start and gains nothing
+        eager = [] if torch.cuda.is_available() else ["--enforce-eager"]
         self._launch = {"launcher": list(launcher), "settings": settings, "extra": [*eager, *extra],
                         "env": {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}}
         try:
@@ -369,8 +360,6 @@ class VLLMServerEngine:
             raise
 
     def _command(self, backbone: str, port: int) -> list[str]:
-        from selfevo import models
-
         s = self._launch["settings"]
         return [*self._launch["launcher"], "--model", str(models.resolve(backbone)), "--served-model-name", backbone,
                 "--host", "127.0.0.1", "--port", str(port), "--enable-lora", "--max-loras", str(s["max_loras"]),

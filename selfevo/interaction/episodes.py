@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
+from selfevo.policy import SeqBatch
 from selfevo.roles.base import Parsed
 from selfevo.types import Completion, Task
 
@@ -85,9 +88,5 @@ def rewarded_turns(episodes: list[Episode], agent: str) -> list[Turn]:
 
 def turns_to_batch(turns: list[Turn], pad_id: int):
     """Prompt + completion ids of each turn as a right-padded ``SeqBatch``, with the turns' rewards [B] tensor."""
-    import torch
-
-    from selfevo.policy import SeqBatch
-
     batch = SeqBatch.build([t.completion.prompt_ids for t in turns], [t.completion.token_ids for t in turns], pad_id)
     return batch, torch.tensor([float(t.reward) for t in turns])

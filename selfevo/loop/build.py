@@ -7,7 +7,9 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from selfevo.config import ConfigError
 from selfevo.engines import make_engine
+from selfevo.models import resolve_device
 from selfevo.policy import LoraSettings, PolicyStore
 from selfevo.types import SamplingParams
 
@@ -22,9 +24,6 @@ def policy_store(model: DictConfig, **settings) -> PolicyStore:
     """A store for ``model`` (dtype, LoRA); ``settings`` go to :class:`PolicyStore` (lr, micro_batch, betas, ...)."""
     lora = LoraSettings(r=model.lora.r, alpha=model.lora.alpha, dropout=model.lora.dropout,
                         target_modules=model.lora.target_modules)
-    from selfevo.config import ConfigError
-    from selfevo.models import resolve_device
-
     try:
         device = resolve_device(model.device)
     except ValueError as exc:

@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from selfevo.errors import SelfevoError
 from selfevo.policy import PolicyStore
 
 
-class CheckpointError(RuntimeError):
-    pass
+class CheckpointError(SelfevoError, RuntimeError):
+    """A checkpoint that cannot be resumed from (missing, damaged, or without an agent's adapter), in one line."""
 
 
 def rng_states() -> dict:

@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from selfevo.config import EngineCfg, ModelCfg, SamplingCfg, opt
+from selfevo.optimizers import OPTIMIZERS
 
 
 def _optimizers() -> list[str]:
-    from selfevo.optimizers import OPTIMIZERS
-
     return OPTIMIZERS.names()
 
 

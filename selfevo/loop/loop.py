@@ -40,22 +40,25 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Hashable, Iterator, Sequence
 
+import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from selfevo import distributed
 from selfevo.config import save_config
 from selfevo.engines.base import EngineError
-from selfevo.interaction import Episode, Runner, Turn
+from selfevo.interaction import Ask, Episode, Runner, Turn
 from selfevo.loop import build, checkpoint
 from selfevo.loop.data import load_entries, task_batch
-from selfevo.loop.metrics import turn_metrics
 from selfevo.loop.memory import release_freed_memory
+from selfevo.loop.metrics import turn_metrics
 from selfevo.loop.scalars import ScalarLog
 from selfevo.optimizers import OPTIMIZERS, OptimCfg, train_agents
 from selfevo.optimizers.schedule import lr_at
 from selfevo.rewards import assign
+from selfevo.tasks import format_prompt
 from selfevo.types import SamplingParams, Task
+from selfevo.verifiers import verify
 from selfevo.verifiers.sandbox import take_fs_modes
 
 LOGS = ("metrics.jsonl", "episodes.jsonl")
@@ -343,10 +346,6 @@ def agree_on_rewards(episodes: list[Episode]) -> None:
 def evaluate_agents(engine, agents: list[str | None], tasks: list[Task], sampling: SamplingParams,
                     seed: int | str = 0) -> dict:
     """Accuracy of each agent answering each task once (vanilla prompt, one engine call for all), by verifier."""
-    from selfevo.interaction import Ask
-    from selfevo.tasks import format_prompt
-    from selfevo.verifiers import verify
-
     def program(ep: Episode):
         messages = [{"role": "user", "content": format_prompt(ep.task)}]
         yield [Ask(a, "answer", messages) for a in agents]
@@ -424,6 +423,4 @@ def _versions() -> dict:
 
 
 def _cuda() -> str | None:
-    import torch
-
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None

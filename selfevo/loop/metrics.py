@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from selfevo.interaction import Episode
+from selfevo.verifiers import verify
 
 
 def mean(xs) -> float | None:
@@ -25,8 +26,6 @@ def turn_metrics(episodes: list[Episode], agents: list[str]) -> dict:
 
 def precision_recall(episodes: list[Episode], threshold: float, role: str = "solver") -> dict:
     """Rewards of ``role`` turns as binary predictions (≥ threshold) against the verifier (CoMAS App. G)."""
-    from selfevo.verifiers import verify
-
     tp = fp = fn = tn = 0
     for e in episodes:
         if not (e.task.reference or e.task.tests or e.task.meta.get("io")):

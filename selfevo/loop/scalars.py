@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
+from selfevo.config import ConfigError
+
 
 def flatten(metrics: dict, prefix: str = "") -> Iterator[tuple[str, float]]:
     """(dotted name, value) of every int/float leaf (bools and None left out)."""
@@ -33,8 +35,6 @@ class ScalarLog:
             try:
                 import wandb as wandb_module
             except ImportError:
-                from selfevo.config import ConfigError
-
                 raise ConfigError("log.wandb=true needs Weights & Biases: pip install 'selfevo[wandb]'") from None
             self.wandb = wandb_module.init(project=project, name=run_dir.name, dir=str(run_dir), config=config,
                                            resume="allow")

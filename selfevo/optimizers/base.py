@@ -11,6 +11,7 @@ in its ``extras``; a slate kept in one micro-batch by its ``groups``), the rows'
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
@@ -168,8 +169,6 @@ def _merge_steps(steps: list[dict]) -> dict:
 
 def hash_seed(*parts) -> int:
     """A stable 63-bit seed from ``parts`` (independent of Python's hash randomisation)."""
-    import hashlib
-
     digest = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") & ((1 << 63) - 1)
 

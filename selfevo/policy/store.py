@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from selfevo import distributed, models
 from selfevo.policy.adamw import CompactAdamW
@@ -23,6 +24,9 @@ from selfevo.policy.batch import SeqBatch
 from selfevo.policy.logprobs import chosen_entropy, chosen_logprobs
 from selfevo.policy.lora_compute import ActivationDtypeLoRA
 from selfevo.types import Request
+
+# peft is imported inside the methods that use it: it loads sympy (through torch's symbolic shapes), which the
+# commands that only list or check things do not need.
 
 
 @dataclass
@@ -219,7 +223,6 @@ class PolicyStore:
         ``zero=True`` writes an adapter of the same shape with all weights 0: the bare backbone, as a LoRA.
         """
         from peft import get_peft_model_state_dict
-        from safetensors.torch import save_file
 
         model = self.backbones[self.agent_backbone[agent]].model
         path = Path(path)
@@ -234,7 +237,6 @@ class PolicyStore:
     def load_adapter(self, agent: str, path: str | Path) -> None:
         """Replace ``agent``'s adapter weights by those saved at ``path``; one-line error if they don't fit."""
         from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
 
         file = Path(path) / "adapter_model.safetensors"
         if not file.exists():

@@ -25,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
+from selfevo.errors import OneLineParser, SelfevoError, UsageError
 from selfevo.report.load import VERIFY_LIMIT, ReportError, kind_of, load_eval, load_run
 
 __all__ = ["DEFAULT_PANELS", "HEADLINE", "ReportError", "build_report", "load_sources", "main", "write_report"]
@@ -164,8 +165,6 @@ One self-contained HTML file (no network needed to view it): curves, transcripts
 
 
 def _parser():
-    from selfevo.cli import OneLineParser
-
     parser = OneLineParser(prog="selfevo report", add_help=False)
     parser.add_argument("dirs", nargs="*")
     parser.add_argument("-o", "--output", default=None)
@@ -177,8 +176,6 @@ def _parser():
 
 def main(argv: Sequence[str]) -> int:
     """``selfevo report DIR ... [--output FILE.html] [--no-verify]``; errors are one line on stderr, exit code 2."""
-    from selfevo.cli import UsageError
-
     try:
         args = _parser().parse_intermixed_args(list(argv))
         if args.help:
@@ -190,7 +187,7 @@ def main(argv: Sequence[str]) -> int:
         if args.verify_limit < 0:
             raise UsageError(f"--verify-limit must be >= 0, got {args.verify_limit}")
         out = write_report(args.dirs, output, verify=not args.no_verify, verify_limit=args.verify_limit)
-    except (ReportError, UsageError, OSError) as exc:
+    except (SelfevoError, OSError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if isinstance(exc, OSError) and exc.filename:
             message = f"{exc.filename}: {exc.strerror or message}"

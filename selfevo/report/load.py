@@ -12,6 +12,11 @@ import math
 from pathlib import Path
 from typing import Any, Iterator
 
+from selfevo.errors import SelfevoError
+from selfevo.tasks import get_task_spec
+from selfevo.types import Task
+from selfevo.verifiers import verifier_names, verify
+
 RUN_FILES = ("metrics.jsonl", "config.yaml", "run.json", "episodes.jsonl")
 
 # Turn labels whose text answers the episode's task (CoMAS solver, SAGE solver, MAESTRO executors, generic final
@@ -22,7 +27,7 @@ CHEAP_VERIFIERS = frozenset({"math", "mcq", "numeric"})  # code runs a sandboxed
 VERIFY_LIMIT = 2000  # default: at most this many turns are verified per report (~5 ms each; the rest say so)
 
 
-class ReportError(ValueError):
+class ReportError(SelfevoError, ValueError):
     """A directory or file the report cannot read, said in one line."""
 
 
@@ -165,9 +170,6 @@ def load_run(path: Path, verify: bool = True, budget: list[int] | None = None,
 
 def _verifier_name(task_id: str, domain: str) -> str | None:
     """The verifier the task's benchmark names (from the id's first part), else the one its domain names."""
-    from selfevo.tasks import get_task_spec
-    from selfevo.verifiers import verifier_names
-
     try:
         return get_task_spec(str(task_id).split("/", 1)[0]).verifier
     except Exception:  # not a benchmark id (generated tasks, JSONL files): fall back on the domain
@@ -183,9 +185,6 @@ def attach_verdicts(episodes: list[dict], budget: list[int] | None, enabled: boo
     ``new_task``) of a math/MCQ/numeric task with a reference a ``verdict`` {score, reason, extracted} from
     :func:`selfevo.verifiers.verify`, or ``verdict_note`` saying why there is none. ``budget`` is a one-item list:
     verifications left for the whole report. Returns counts for the page."""
-    from selfevo.types import Task
-    from selfevo.verifiers import verify
-
     stats = {"enabled": enabled, "verified": 0, "code": 0, "no_reference": 0, "over_limit": 0, "errors": 0,
              "limit": limit}
     for episode in episodes:

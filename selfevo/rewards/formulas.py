@@ -1,7 +1,8 @@
 """Reward formulas of CoMAS and SAGE as pure functions over python numbers and strings.
 
-* CoMAS (arXiv 2510.08529, ``/work/shared/papers/001_*``) Sec. 3.2: Eq. 6 (Extract), Eq. 7 (solver/evaluator
-  zero-sum rewards), Eq. 8 (scorer format penalty).
+* CoMAS (arXiv 2510.08529, ``/work/shared/papers/001_*``) Sec. 3.2: Eq. 7 (solver/evaluator zero-sum rewards on
+  the score that Eq. 6 extracts, :func:`selfevo.roles.parsers.parse_score`), Eq. 8 (scorer format penalty);
+  Sec. 4.3.1: the w/o-scoring ablation's support ratio and verdict agreement.
 * SAGE (arXiv 2603.15255, ``/work/shared/papers/003_*``) Sec. 4 and Algorithm 1: Eq. 2 (Norm), Eq. 4-6
   (Challenger), Eq. 7-8 (Planner), Eq. 9-11 (Solver), Eq. 13 (Critic).
 
@@ -25,12 +26,11 @@ Discrepancies found in the SAGE paper and how they are resolved here:
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
-from selfevo.roles.parsers import parse_score
 
 __all__ = [
-    "parse_score", "comas_rewards",
+    "comas_rewards", "support_ratio", "verdict_agreement",
     "sage_norm", "soft_format_reward", "sage_difficulty", "sage_challenger_reward", "sage_plan_gate",
     "sage_planner_reward", "sage_solver_reward", "sage_critic_reward",
 ]
@@ -55,6 +55,23 @@ def comas_rewards(score: int | None, on_parse_failure: str = "mask") -> dict[str
         raise ValueError(f"CoMAS scores are 1, 2 or 3, got {score!r}")
     solver = (score - 1) / 2
     return {"solver": solver, "evaluator": 1.0 - solver, "scorer": 0.0}
+
+
+def support_ratio(verdicts: Sequence[bool | None]) -> float | None:
+    """W/o-scoring solution reward (Sec. 4.3.1, "a supporting ratio as the reward signal"): the fraction of the
+    solution's parsed verdicts that are ``correct``. Unparsed verdicts (None) are left out; None if none parsed."""
+    parsed = [v for v in verdicts if v is not None]
+    return sum(parsed) / len(parsed) if parsed else None
+
+
+def verdict_agreement(verdicts: Sequence[bool | None], j: int) -> float | None:
+    """W/o-scoring reward of evaluation ``j`` ("based on mutual consistency"): the fraction of the OTHER parsed
+    verdicts on the same solution that equal verdict ``j``. None if ``j`` is unparsed or no other verdict parsed
+    (with n = 1 evaluation per solution there is nothing to agree with: the ablation needs n >= 2)."""
+    if verdicts[j] is None:
+        return None
+    others = [v for i, v in enumerate(verdicts) if i != j and v is not None]
+    return sum(v == verdicts[j] for v in others) / len(others) if others else None
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from selfevo.interaction import Episode, Turn
 from selfevo.rewards.formulas import (sage_challenger_reward, sage_critic_reward, sage_norm, sage_planner_reward,
                                       sage_solver_reward, soft_format_reward)
 from selfevo.rewards.sources import REWARD_SOURCES, RewardResult, RewardSource
+from selfevo.verifiers import verify
 
 FormatTags = Callable[[str, str], dict]
 
@@ -77,8 +78,6 @@ def sage_challenge(format_tags: FormatTags, alpha: float = 0.7, pay_duplicates: 
 @REWARD_SOURCES.register("sage_plan_solve")
 def sage_plan_solve(format_tags: FormatTags, beta: float = 0.3, lambda_plan: float = 0.5, lambda_f: float = 0.5,
                     weights: tuple[float, float, float] = (0.2, 0.6, 0.2), one_is_min: bool = True) -> RewardSource:
-    from selfevo.verifiers import verify
-
     def source(episodes: list[Episode]) -> RewardResult:
         out, correct = [], []
         formats: dict[str, list[float]] = {"planner": [], "solver": [], "critic": []}

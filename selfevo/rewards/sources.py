@@ -22,13 +22,15 @@ Registered (``REWARD_SOURCES.get(name)(**options)`` builds one):
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from selfevo.interaction.episodes import Episode, Turn
 from selfevo.registry import Registry
-from selfevo.rewards.formulas import comas_rewards, sage_norm, soft_format_reward
-from selfevo.roles.comas import support_ratio, verdict_agreement
+from selfevo.rewards.formulas import comas_rewards, sage_norm, soft_format_reward, support_ratio, verdict_agreement
+from selfevo.verifiers import get_verifier, verify
+from selfevo.verifiers.voting import answer_equivalence, majority_vote
 
 TurnRewards = dict[int, "float | None"]
 
@@ -125,8 +127,6 @@ def verdict_agreement_source(on_parse_failure: str = "mask", role: str = "evalua
 def verifier_source(roles: Sequence[str] = ("solver",), verifier: str | None = None) -> RewardSource:
     """1.0 / 0.0 from the task's verifier (``task.meta["verifier"]`` or its domain; ``verifier`` forces one) for
     every turn whose role is in ``roles``; logs ``accuracy``."""
-    from selfevo.verifiers import get_verifier, verify
-
     check = get_verifier(verifier) if verifier else verify
 
     def source(episodes: list[Episode]) -> RewardResult:
@@ -150,8 +150,9 @@ def majority_vote_source(roles: Sequence[str] = ("solver",), dummy: float | None
     """TTRL (test-time RL; CoMAS's TTRL baseline): no ground truth. The turns of ``roles`` on the same task (by task
     id, over all the episodes given: several answers in one episode, or ``trainer.prompt_reuse`` episodes) are a
     vote: their answers (the task's verifier's ``extracted``) are grouped by
-    :func:`~selfevo.setups.base.majority_vote` (normalised text; math equivalence on math tasks); the largest group's
-    answer is the pseudo-label, and each turn gets 1.0 if its answer is in that group, else 0.0 (no answer: 0.0).
+    :func:`~selfevo.verifiers.voting.majority_vote` (normalised text; math equivalence on math tasks); the largest
+    group's answer is the pseudo-label, and each turn gets 1.0 if its answer is in that group, else 0.0 (no answer:
+    0.0).
 
     Where voting cannot apply every turn of the task gets ``dummy`` (CoMAS: 0.5): no answer extracted at all, a tie
     for the most votes (no majority; ``break_ties=True`` lets the first-seen group win instead, like the released
@@ -159,9 +160,6 @@ def majority_vote_source(roles: Sequence[str] = ("solver",), dummy: float | None
     answer). Each turn's ``meta["pseudo_label"]`` records the label (None: dummy). Logs ``label_accuracy`` (pseudo
     labels the verifier finds correct against the true reference, over voted tasks that have one), ``dummy_rate``
     (share of tasks given the dummy) and ``accuracy`` (voted answers correct against the true reference)."""
-    from selfevo.setups.base import answer_equivalence, majority_vote
-    from selfevo.verifiers import verify
-
     def source(episodes: list[Episode]) -> RewardResult:
         out: list[TurnRewards] = [{} for _ in episodes]
         groups: dict[str, list[tuple[int, int]]] = {}
@@ -241,8 +239,6 @@ def slate_source(role: str = "selector", on_parse_failure: float | None = 0.0,
     ``Selection``), or ``on_parse_failure`` when its choice does not parse (recorded as a failure, never read as a
     choice). ``credit_refs``: names of a selector turn's refs (e.g. ``rationale``: the first stage of a chained
     selection) whose turns get the same reward and ``slate_rewards``."""
-    from selfevo.verifiers import verify
-
     def source(episodes: list[Episode]) -> RewardResult:
         out, failures, covered = [], [], []
         for ep in episodes:
@@ -330,8 +326,6 @@ def build_sources(specs: Sequence[str | Mapping], **defaults) -> RewardSource:
     """Sources from config: ``"verifier"``, ``"verifier:0.5"`` (name:weight) or ``{"name": ..., "weight": ...,
     **options}``; several are summed with their weights (:func:`weighted_sum`). ``defaults`` go to every source
     whose factory takes them."""
-    import inspect
-
     parts = []
     for spec in specs:
         if isinstance(spec, str):

@@ -21,7 +21,7 @@ from selfevo.roles.base import (
 )
 from selfevo.roles.comas import (  # importing registers the CoMAS roles
     Evaluator, Judge, Scorer, Solver, VerdictEvaluator, comas_roles, parse_score_result, parse_verdict,
-    parse_verdict_result, support_ratio, verdict_agreement,
+    parse_verdict_result,
 )
 
 
@@ -34,5 +34,5 @@ __all__ = [
     "ROLES", "ROLE_KINDS", "Role", "RoleError", "Context", "register_role", "Parsed", "HistoryItem", "EMPTY_DISCUSSION", "get_role",
     "group_rounds", "last_rounds", "render_discussion", "load_template", "strip_special_tokens",
     "Solver", "Evaluator", "Scorer", "Judge", "VerdictEvaluator", "comas_roles",
-    "parse_score_result", "parse_verdict", "parse_verdict_result", "support_ratio", "verdict_agreement",
+    "parse_score_result", "parse_verdict", "parse_verdict_result",
 ]

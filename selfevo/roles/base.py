@@ -19,6 +19,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, ClassVar, Iterable, Sequence
 
+from selfevo.errors import SelfevoError
 from selfevo.registry import Registry
 from selfevo.types import Task
 
@@ -27,7 +28,7 @@ EMPTY_DISCUSSION = "(Empty discussion)"
 ROLE_KINDS = ("solver", "evaluator", "scorer", "challenger", "planner", "critic", "selector")
 
 
-class RoleError(ValueError):
+class RoleError(SelfevoError, ValueError):
     """A role used wrongly (unknown context key, bad option), said in one line."""
 
 

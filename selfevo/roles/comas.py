@@ -3,7 +3,8 @@
 Interaction patterns (Sec. 3.1): solution ``s_i = u_k(q, h_q)`` (Eq. 3), evaluation ``e_ij = u_k(q, h_q, s_i)``
 (Eq. 4), scoring ``tau_ij = u_k(q, s_i, e_ij)`` (Eq. 5); the history ``h_q`` is cut to the last κ rounds.
 Ablations (Sec. 4.3.1, App. J): *without evaluation* (:class:`Judge`) and *without scoring*
-(:class:`VerdictEvaluator`, :func:`support_ratio`, :func:`verdict_agreement`).
+(:class:`VerdictEvaluator`; its rewards are :func:`selfevo.rewards.formulas.support_ratio` and
+:func:`~selfevo.rewards.formulas.verdict_agreement`).
 
 Templates (files in ``selfevo/roles/templates``), two sets:
 
@@ -45,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from selfevo.roles.base import (
     Context, Parsed, Role, chat, drop_paragraph, fill, load_template, register_role, render_discussion,
@@ -57,7 +58,7 @@ from selfevo.types import Task
 __all__ = [
     "DOMAINS", "DOMAIN_ALIASES", "TEMPLATE_SETS", "VARIANTS", "comas_domain",
     "Solver", "Evaluator", "Scorer", "Judge", "VerdictEvaluator", "comas_roles",
-    "parse_score_result", "parse_verdict", "parse_verdict_result", "support_ratio", "verdict_agreement",
+    "parse_score_result", "parse_verdict", "parse_verdict_result",
 ]
 
 DOMAINS = ("math", "code", "science")
@@ -80,7 +81,7 @@ def comas_domain(domain: str) -> str:
 # --------------------------------------------------------------------------------------------------------------
 
 def parse_score_result(text: str | None) -> Parsed:
-    """:func:`selfevo.rewards.parse_score` as a :class:`Parsed`: the score 1/2/3, or a failure saying why."""
+    """:func:`selfevo.roles.parsers.parse_score` as a :class:`Parsed`: the score 1/2/3, or a failure saying why."""
     score = parse_score(text)
     if score is not None:
         return Parsed.success(score)
@@ -98,7 +99,7 @@ def parse_verdict(text: str | None) -> bool | None:
     """The w/o-scoring verdict: the LAST ``<judgment>...</judgment>`` tag, ``correct`` → True (the evaluation
     supports the solution), ``incorrect`` → False; anything else None.
 
-    Strict in the way of :func:`~selfevo.rewards.parse_score`: the last tag decides, an echoed instruction as the
+    Strict in the way of :func:`~selfevo.roles.parsers.parse_score`: the last tag decides, an echoed instruction as the
     last tag fails, tag names are case-sensitive; the body may differ in case and surrounding whitespace
     (``<judgment> Correct </judgment>`` → True). No fallback to the words "correct"/"incorrect" outside a tag.
     """
@@ -116,23 +117,6 @@ def parse_verdict_result(text: str | None) -> Parsed:
     if not text or not _JUDGMENT_TAG.search(text):
         return Parsed.failure("no <judgment>...</judgment> tag")
     return Parsed.failure("the last <judgment>...</judgment> tag is neither 'correct' nor 'incorrect'")
-
-
-def support_ratio(verdicts: Sequence[bool | None]) -> float | None:
-    """W/o-scoring solution reward (Sec. 4.3.1, "a supporting ratio as the reward signal"): the fraction of the
-    solution's parsed verdicts that are ``correct``. Unparsed verdicts (None) are left out; None if none parsed."""
-    parsed = [v for v in verdicts if v is not None]
-    return sum(parsed) / len(parsed) if parsed else None
-
-
-def verdict_agreement(verdicts: Sequence[bool | None], j: int) -> float | None:
-    """W/o-scoring reward of evaluation ``j`` ("based on mutual consistency"): the fraction of the OTHER parsed
-    verdicts on the same solution that equal verdict ``j``. None if ``j`` is unparsed or no other verdict parsed
-    (with n = 1 evaluation per solution there is nothing to agree with: the ablation needs n >= 2)."""
-    if verdicts[j] is None:
-        return None
-    others = [v for i, v in enumerate(verdicts) if i != j and v is not None]
-    return sum(v == verdicts[j] for v in others) / len(others) if others else None
 
 
 # --------------------------------------------------------------------------------------------------------------

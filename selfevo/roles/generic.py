@@ -14,12 +14,11 @@ from typing import ClassVar
 
 from selfevo.roles.base import Context, Parsed, Role, chat, register_role, strip_special_tokens
 from selfevo.roles.parsers import last_tag
+from selfevo.tasks import format_prompt
 from selfevo.types import Task
 
 
 def _question(task: Task) -> str:
-    from selfevo.tasks import format_prompt
-
     return format_prompt(task)
 
 

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from selfevo.roles.base import Context, Parsed, Role, RoleError, chat, register_role, strip_special_tokens
+from selfevo.tasks import format_prompt
 from selfevo.types import Task
+from selfevo.verifiers.math import last_boxed
 
 INITIAL = (
     "You are Reasoning Agent #{agent_id}. Your task is to carefully solve the given problem step by step. Clearly "
@@ -57,8 +59,6 @@ def answer_format(task: Task) -> str:
 
 
 def _problem(task: Task) -> str:
-    from selfevo.tasks import format_prompt
-
     return format_prompt(task)
 
 
@@ -209,8 +209,6 @@ _CODE = re.compile(r"```[a-zA-Z0-9_+-]*\n.*?(?:```|$)", re.S)
 def candidate_view(text: str, view: str) -> str:
     """What the central agent sees of one candidate: ``both`` (all), ``reason`` (every ``\\boxed{...}`` and code
     block replaced by ``[final answer hidden]``) or ``answer`` (only the last ``\\boxed{...}`` or code block)."""
-    from selfevo.verifiers.math import last_boxed
-
     if view == "both":
         return text
     if view == "answer":

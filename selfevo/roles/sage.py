@@ -43,7 +43,9 @@ from typing import ClassVar
 from selfevo.roles.base import (Context, Parsed, Role, RoleError, chat, drop_paragraph, fill, load_template,
                                 register_role, strip_special_tokens)
 from selfevo.roles.parsers import last_tag
+from selfevo.tasks.prompts import fenced
 from selfevo.types import Task
+from selfevo.verifiers.math import reference_answer
 from selfevo.verifiers.validate import find_entry_point, reference_solution, strip_fences
 
 DOMAINS = ("math", "code")
@@ -92,8 +94,6 @@ def statement(task: Task) -> str:
 def code_question(text: str, tests: str, entry_point: str) -> str:
     """The solver-facing question of a generated code item: the statement, the function name when the statement
     does not say it, then the tests as MBPP prompts show them."""
-    from selfevo.tasks.prompts import fenced
-
     text = text.strip()
     if not re.search(rf"(?<![\w.]){re.escape(entry_point)}(?!\w)", text):
         text += f"\n\nWrite a Python function named `{entry_point}`."
@@ -119,8 +119,6 @@ class Challenger(Role):
         domain = domain_of(ref)
         template = load_template(f"sage_challenger_{domain}")
         if domain == "math":
-            from selfevo.verifiers.math import reference_answer
-
             return chat(fill(template, question=_clean(ref.question),
                              answer=_clean(reference_answer(ref.reference or "")) or "(not given)"))
         return chat(fill(template, question=_clean(statement(ref)), tests=_clean(ref.tests) or "(not given)",

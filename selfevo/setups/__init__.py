@@ -6,18 +6,16 @@
 
 Registered: ``vanilla``, ``consistency``, ``autogen``, ``debate``, ``maestro_select`` (see each module). Every
 setup is an episode program per task on the shared :class:`~selfevo.interaction.Runner`, which batches all
-generations of one step, across all tasks, into one ``engine.generate`` call. ``Turn`` and ``request_seed`` are the
-interaction package's (re-exported here).
+generations of one step, across all tasks, into one ``engine.generate`` call (turns and request seeds are
+:mod:`selfevo.interaction`'s).
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from selfevo.setups.base import (SETUPS, Setup, SetupError, SetupRun, TaskResult, Turn, Vote, answer_equivalence,
-                                 coerce_option, majority_vote, normalize_answer, option_names, request_seed,
+from selfevo.setups.base import (SETUPS, Setup, SetupError, SetupRun, TaskResult, coerce_option, option_names,
                                  turn_record)
-from selfevo.setups import vanilla, consistency, autogen, debate, maestro  # noqa: E402,F401,I001  (registers)
-from selfevo.setups.maestro import Selection, coverage_identification, parse_selection
+from selfevo.setups import vanilla, consistency, autogen, debate, maestro  # noqa: F401,I001  (registers)
 from selfevo.types import SamplingParams, Task
 
 
@@ -40,7 +38,5 @@ def run_setup(name: str, tasks: Sequence[Task], engine, sampling: SamplingParams
     return make_setup(name, engine, sampling, agents, seed, verifier, progress, **options).run(tasks)
 
 
-__all__ = ["SETUPS", "Selection", "Setup", "SetupError", "SetupRun", "TaskResult", "Turn", "Vote",
-           "answer_equivalence", "coerce_option", "coverage_identification", "make_setup", "majority_vote",
-           "normalize_answer", "option_names", "parse_selection", "request_seed", "run_setup", "setup_names",
-           "turn_record"]
+__all__ = ["SETUPS", "Setup", "SetupError", "SetupRun", "TaskResult", "coerce_option", "make_setup", "option_names",
+           "run_setup", "setup_names", "turn_record"]

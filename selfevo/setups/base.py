@@ -1,4 +1,4 @@
-"""What every inference setup shares: result records, options, the episode programs' runner, voting.
+"""What every inference setup shares: result records, options, the episode programs' runner.
 
 A setup turns a list of tasks into one :class:`TaskResult` per task (the final response, its extracted answer and
 every intermediate response as :class:`~selfevo.interaction.Turn`\\ s). Its :meth:`Setup.solve` is an *episode
@@ -19,19 +19,21 @@ from __future__ import annotations
 import abc
 import dataclasses
 import difflib
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Generator, Sequence
 
-from selfevo.interaction import Ask, Episode, Runner, Turn, request_seed  # noqa: F401  (request_seed: re-exported)
+from selfevo.errors import SelfevoError
+from selfevo.interaction import Ask, Episode, Runner, Turn
 from selfevo.registry import Registry
 from selfevo.types import SamplingParams, Task
+from selfevo.verifiers import verify
 from selfevo.verifiers.base import Verdict
+from selfevo.verifiers.voting import Vote, answer_equivalence, majority_vote
 
 SETUPS: Registry[type["Setup"]] = Registry("setup")
 
 
-class SetupError(ValueError):
+class SetupError(SelfevoError, ValueError):
     """A bad setup option or argument, said in one line."""
 
 
@@ -73,80 +75,6 @@ class SetupRun:
 
 def user(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Majority vote
-# ----------------------------------------------------------------------------------------------------------------
-
-_NUM = re.compile(r"-?\d+(?:\.\d+)?")
-
-
-def normalize_answer(answer: str | None) -> str | None:
-    """A comparison key for an extracted answer: spacing, ``$``, ``\\!``/``\\,``, ``\\left/\\right``, thousands
-    separators, a trailing period and ``\\text{...}`` wrappers are dropped; numbers are written canonically
-    (``18.00`` → ``18``). None/empty stays None."""
-    if answer is None:
-        return None
-    text = answer.strip().strip("$").strip()
-    text = re.sub(r"\\text\{([^{}]*)\}", r"\1", text)
-    text = re.sub(r"\\[!,;]|\\left|\\right|\s+", "", text).rstrip(".")
-    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
-    if not text:
-        return None
-    if _NUM.fullmatch(text):
-        value = float(text)
-        text = str(int(value)) if value.is_integer() else repr(value)
-    return text
-
-
-@dataclass
-class Vote:
-    index: int | None  # first response carrying the winning answer; None when no response had an answer
-    answer: str | None  # the winning (raw extracted) answer
-    count: int  # votes for it
-    total: int  # responses with an answer
-    groups: list[list[int]] = field(default_factory=list)  # response indices per answer group, in first-seen order
-
-
-def majority_vote(answers: Sequence[str | None], same: Callable[[str, str], bool] | None = None) -> Vote:
-    """Group answers by :func:`normalize_answer` (and ``same(a, b)``, e.g. math equivalence, between groups);
-    the largest group wins, ties go to the group seen first. Missing answers (None) do not vote."""
-    groups: list[list[int]] = []
-    keys: list[str] = []
-    for i, raw in enumerate(answers):
-        key = normalize_answer(raw)
-        if key is None:
-            continue
-        for g, k in enumerate(keys):
-            if key == k or (same is not None and _safe_same(same, answers[groups[g][0]], raw)):
-                groups[g].append(i)
-                break
-        else:
-            groups.append([i])
-            keys.append(key)
-    if not groups:
-        return Vote(None, None, 0, 0, [])
-    best = max(range(len(groups)), key=lambda g: (len(groups[g]), -g))
-    first = groups[best][0]
-    return Vote(first, answers[first], len(groups[best]), sum(len(g) for g in groups), groups)
-
-
-def _safe_same(same: Callable[[str, str], bool], a: str, b: str) -> bool:
-    try:
-        return bool(same(a, b))
-    except Exception:  # noqa: BLE001 - an equivalence checker that fails means "not shown equal"
-        return False
-
-
-def answer_equivalence(task: Task) -> Callable[[str, str], bool] | None:
-    """Extra equivalence for voting: math-verify for math tasks (``1/2`` = ``0.5``), none otherwise."""
-    name = str(task.meta.get("verifier") or task.domain)
-    if name != "math":
-        return None
-    from selfevo.verifiers.math import equivalent
-
-    return lambda a, b: equivalent(a, b)[0]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -235,9 +163,7 @@ class Setup(abc.ABC):
         self.sampling = sampling
         self.agents: list[str | None] = list(agents) if agents else [None]
         self.seed = seed
-        if verifier is None:
-            from selfevo.verifiers import verify as verifier
-        self.verifier = verifier
+        self.verifier = verify if verifier is None else verifier
         self.progress = progress
         values = {k: coerce_option(self.Options, k, v, self.name) for k, v in options.items()}
         self.opts = self.Options(**values)

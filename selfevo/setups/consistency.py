@@ -1,9 +1,9 @@
 """Self-consistency: ``k`` independent samples per task, then a majority vote or an aggregation call.
 
 * ``aggregate="vote"`` (default; Wang et al.'s original SC): the answers are extracted with the verifier
-  (``verifier(task, response).extracted``) and grouped (:func:`~selfevo.setups.base.majority_vote`: normalised text,
-  plus math-verify equivalence for math tasks); the final response is the first sample carrying the winning
-  answer (the first sample when none has an answer). Steps: 1.
+  (``verifier(task, response).extracted``) and grouped (:func:`~selfevo.verifiers.voting.majority_vote`:
+  normalised text, plus math-verify equivalence for math tasks); the final response is the first sample carrying
+  the winning answer (the first sample when none has an answer). Steps: 1.
 * ``aggregate="llm"`` (MASLab ``self_consistency``): one more call with MASLab's prompt ``[Task]: ... [Solution i]:
   ... Given the task and all the above solutions, reason over them carefully and provide a final answer to the
   task.``; its output is the final response. Steps: 2.

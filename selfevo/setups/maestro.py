@@ -1,6 +1,6 @@
 """MAESTRO central selection, prompt only (no training): ``selfevo eval setup=maestro_select``.
 
-The rounds are the shared MAESTRO episode program (:mod:`selfevo.algorithms.maestro_protocol`, also what
+The rounds are the shared MAESTRO episode program (:mod:`selfevo.protocols.maestro`, also what
 ``selfevo run maestro`` collects its training slates with): per round, N execution agents × K candidates (ε-greedy
 base prompts; from round 2 each agent sees its own earlier solutions and the broadcast), then the central agent
 picks one from the slate shown in a seeded shuffled order, in the strict ``Reason / Chosen / Final`` format
@@ -16,9 +16,9 @@ sees of each candidate), ``central_prefix`` (the start of the central answer, e.
 ``slates`` (the ``items.jsonl`` of an earlier ``maestro_select`` eval with the same N and K: its round-1
 candidates are replayed instead of generated, so every central agent is compared on the same slates),
 ``central_chain`` / ``reason_tokens`` (small models: the selection in two stages, see
-:meth:`~selfevo.algorithms.maestro_protocol.MaestroProtocol.chained_selection`).
+:meth:`~selfevo.protocols.maestro.MaestroProtocol.chained_selection`).
 
-Metrics (:func:`~selfevo.algorithms.maestro_protocol.maestro_metrics`): coverage p_t, identification q_t,
+Metrics (:func:`~selfevo.protocols.maestro.maestro_metrics`): coverage p_t, identification q_t,
 accuracy and selection parse-failure rate per round and overall. Steps: 2·R. Sampling defaults: temperature 0.7,
 top-p 0.95 (App. C.1). Agents: execution agent i uses ``agents[i % len(agents)]``; the central agent is
 ``agents[central_agent]`` if set, else ``agents[N]`` when more than N agents are given (N executors + 1 central,
@@ -30,14 +30,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from selfevo.algorithms.maestro_protocol import (MODES, MaestroProtocol, coverage_identification, maestro_metrics,
-                                               read_replay)
-from selfevo.roles.maestro import (BOXED_FORMAT, CENTRAL, CODE_FORMAT, INITIAL, INTERACTIVE, VIEWS, Selection,
-                                   answer_format, broadcast, parse_selection, shorten)
+from selfevo.protocols.maestro import MODES, MaestroProtocol, maestro_metrics, read_replay
+from selfevo.roles.maestro import VIEWS
 from selfevo.setups.base import SETUPS, Episode, Setup, SetupError
 
-__all__ = ["BOXED_FORMAT", "CENTRAL", "CODE_FORMAT", "INITIAL", "INTERACTIVE", "MaestroOptions", "MaestroSelect",
-           "Selection", "answer_format", "broadcast", "coverage_identification", "parse_selection", "shorten"]
+__all__ = ["MaestroOptions", "MaestroSelect"]
 
 
 @dataclass

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from selfevo.errors import SelfevoError
+from selfevo.models import cache_root
 from selfevo.registry import Registry
 from selfevo.types import Task
 
@@ -36,7 +38,7 @@ DEFAULT_RELATIVE_ROOT = os.path.join("..", "shared", "data")  # relative to the 
 SOURCES = ("local", "hub")
 
 
-class TaskDataError(ValueError):
+class TaskDataError(SelfevoError, ValueError):
     """A benchmark could not be loaded; the message is one line saying what and where (``core``: the message
     without the advice at its end, for an error that joins two)."""
 
@@ -217,8 +219,6 @@ def get_task_spec(name: str) -> TaskSpec:
 def data_cache() -> Path:
     """The benchmark-data cache: ``data/`` of selfevo's cache folder (``$SELFEVO_CACHE``, default
     ``~/.cache/selfevo``), filled by ``selfevo prepare data``."""
-    from selfevo.models import cache_root  # the one cache-root helper (models/ lives beside data/)
-
     return cache_root() / "data"
 
 

@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from tqdm import tqdm
+
 from selfevo.tasks.base import (HubUnavailableError, MissingDataError, Place, TaskDataError, TaskSpec, data_cache,
                                 download_hub_split, get_task_spec, hub_cache_file, load_context, load_tasks,
                                 read_rows, task_names, tasks_from_rows)
@@ -186,6 +188,4 @@ def _counts(spec: TaskSpec, bar, **where) -> str:
 
 
 def _bar(name: str, total: int):
-    from tqdm import tqdm
-
     return tqdm(total=total, desc=name, unit="step", file=sys.stderr, leave=False)

@@ -29,6 +29,7 @@ from collections import Counter
 
 from selfevo.tasks.base import load_tasks
 from selfevo.types import Task
+from selfevo.verifiers.validate import validate_item
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,6 @@ def sage_seed_set(seed: int = 0, data_root: str | None = None, source: str = "lo
 def _draw(pool: list[Task], n: int, rng: random.Random) -> list[Task]:
     """``n`` items of ``pool`` in a seeded order without replacement, skipping math items with unparsable
     references (checked only for the items reached)."""
-    from selfevo.verifiers.validate import validate_item
-
     order = rng.sample(pool, len(pool))
     drawn: list[Task] = []
     for task in order:

@@ -1,9 +1,11 @@
-"""The result type every verifier returns, and the verifier call signature."""
+"""The result type every verifier returns, the verifier call signature, and the registry of verifiers (filled by
+the modules :mod:`selfevo.verifiers` imports: code, math, mcq, numeric)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
+from selfevo.registry import Registry
 from selfevo.types import Task
 
 
@@ -31,3 +33,26 @@ Verifier = Callable[[Task, str], Verdict]
 def fail(reason: str, extracted: str | None = None) -> Verdict:
     """A zero-score verdict."""
     return Verdict(0.0, reason, extracted)
+
+
+_VERIFIERS: Registry[Verifier] = Registry("verifier")
+
+
+def register_verifier(name: str) -> Callable[[Verifier], Verifier]:
+    """Decorator: ``@register_verifier("math")`` on a ``(task, response) -> Verdict`` function."""
+    return _VERIFIERS.register(name)
+
+
+def get_verifier(name: str) -> Verifier:
+    """The verifier registered as ``name``; an unknown name raises a one-line error listing the known ones."""
+    return _VERIFIERS.get(name)
+
+
+def verifier_names() -> list[str]:
+    return _VERIFIERS.names()
+
+
+def verify(task: Task, response: str) -> Verdict:
+    """Score ``response`` for ``task`` with the verifier its meta or domain names."""
+    name = str(task.meta.get("verifier") or task.domain)
+    return get_verifier(name)(task, response)

@@ -36,8 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 from selfevo.types import Task
-from selfevo.verifiers import register_verifier
-from selfevo.verifiers.base import Verdict, fail
+from selfevo.verifiers.base import Verdict, fail, register_verifier
 from selfevo.verifiers.sandbox import (Limits, SandboxResult, call_step, exec_step, io_step, pytest_step,
                                        run_program)
 

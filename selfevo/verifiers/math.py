@@ -24,8 +24,7 @@ import threading
 import time
 
 from selfevo.types import Task
-from selfevo.verifiers import register_verifier
-from selfevo.verifiers.base import Verdict, fail
+from selfevo.verifiers.base import Verdict, fail, register_verifier
 
 MATH_TIMEOUT_S = 5  # math-verify's own parse/verify timeouts (whole seconds: it uses signal.alarm)
 _WORKER_START_S = 120.0  # first import of sympy + math-verify in a fresh worker

@@ -20,8 +20,7 @@ import re
 from typing import Iterator
 
 from selfevo.types import Task
-from selfevo.verifiers import register_verifier
-from selfevo.verifiers.base import Verdict, fail
+from selfevo.verifiers.base import Verdict, fail, register_verifier
 
 _MAX_LETTERS = "ABCDEFGHIJ"
 _WRAPPER = re.compile(r"\\(?:text(?:bf|it|rm)?|mathrm|mathbf|textsf|mbox)\s*\{([^{}]*)\}")

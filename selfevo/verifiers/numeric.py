@@ -13,8 +13,7 @@ import math
 import re
 
 from selfevo.types import Task
-from selfevo.verifiers import register_verifier
-from selfevo.verifiers.base import Verdict, fail
+from selfevo.verifiers.base import Verdict, fail, register_verifier
 from selfevo.verifiers.math import last_boxed
 
 DEFAULT_REL_TOL = 0.05

@@ -23,6 +23,9 @@ import re
 import threading
 
 from selfevo.types import Task
+from selfevo.verifiers import verify
+from selfevo.verifiers.code import extract_code
+from selfevo.verifiers.math import MATH_TIMEOUT_S, _as_latex, reference_answer
 
 FORMAT = "format"
 UNPARSABLE = "unparsable answer"
@@ -50,8 +53,6 @@ def parses_as_math(answer: str) -> bool:
     """
     from math_verify import parse
 
-    from selfevo.verifiers.math import MATH_TIMEOUT_S, _as_latex
-
     if not answer or not answer.strip().strip("$").strip():
         return False
     timeout = MATH_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
@@ -70,8 +71,6 @@ def parses_as_math(answer: str) -> bool:
 def strip_fences(text: str) -> str:
     """The code inside a Markdown fence (```` ```python ... ``` ````, the last python block if several; an
     unterminated fence gives the rest), or the text itself when it has no fence; stripped of blank edges."""
-    from selfevo.verifiers.code import extract_code
-
     return extract_code(text).strip("\n").rstrip() if "```" in text else text.strip("\n").rstrip()
 
 
@@ -184,8 +183,6 @@ def static_check(task: Task) -> tuple[str | None, str]:
     """The part of :func:`check_item` that runs no code: a math reference that parses, code tests in format."""
     kind = verifier_of(task)
     if kind == "math":
-        from selfevo.verifiers.math import reference_answer
-
         answer = reference_answer(task.reference or "")
         return (None, "") if parses_as_math(answer) else (UNPARSABLE, f"{answer!r} does not parse as math")
     if kind == "code":
@@ -202,8 +199,6 @@ def check_item(task: Task) -> tuple[str | None, str]:
     solution = reference_solution(task)
     if not solution.strip():
         return REFERENCE_FAILS, "no reference solution"
-    from selfevo.verifiers import verify
-
     first = verify(task, as_response(solution))
     if first.score < 1.0:
         return REFERENCE_FAILS, first.reason
@@ -248,9 +243,6 @@ def check_generated(task: Task) -> tuple[str | None, str]:
         return ANSWER_IN_QUESTION, f"the question holds {markup!r}"
     if verifier_of(task) != "math":
         return None, ""
-    from selfevo.verifiers.math import reference_answer
-    from selfevo.verifiers import verify
-
     answer = reference_answer(task.reference or "")
     word = answer_words(answer)
     if word:

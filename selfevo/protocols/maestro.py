@@ -25,15 +25,17 @@ identification q_t, accuracy and the selection parse-failure rate, per round and
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from selfevo.interaction import Episode, ask, request_seed
 from selfevo.roles.base import HistoryItem
-from selfevo.roles.maestro import BOXED_FORMAT, Central, CentralGen, Executor, answer_format, broadcast, \
+from selfevo.roles.maestro import _CHOSEN, BOXED_FORMAT, Central, CentralGen, Executor, answer_format, broadcast, \
     gen_broadcast
 from selfevo.types import Task
+from selfevo.verifiers.voting import answer_equivalence, majority_vote
 
 MODES = ("select", "gen", "gen_sc")
 STAGE2_STOP = ("\n", " ", ":", ".", ",", ")", ";")  # chained selection: the number ends at the first of these
@@ -199,8 +201,6 @@ class MaestroProtocol:
         texts = [x.text for x in turns]
         pick = 0
         if len(texts) > 1:
-            from selfevo.setups.base import answer_equivalence, majority_vote
-
             vote = majority_vote([self.verdict(task, s).extracted for s in texts], answer_equivalence(task))
             pick = vote.index if vote.index is not None else 0
         text = texts[pick]
@@ -224,8 +224,6 @@ class Replayed:
 def read_replay(path: str) -> dict[str, list[str]]:
     """Round-1 candidates per task id from a ``selfevo eval setup=maestro_select`` ``items.jsonl`` (execution turns
     of round 1, by slot)."""
-    import json
-
     out: dict[str, list[str]] = {}
     with open(path) as handle:
         for n, line in enumerate(handle, 1):
@@ -243,7 +241,6 @@ def read_replay(path: str) -> dict[str, list[str]]:
 def with_final(parser, finals: Sequence[str | None]):
     """``parser`` of a chained selection: a valid ``Chosen: Candidate k`` line gets ``Final: \\boxed{...}`` with
     candidate k's final answer appended before the strict parse (anything else is parsed as it is: a failure)."""
-    from selfevo.roles.maestro import _CHOSEN
 
     def parse(text: str):
         m = _CHOSEN.search(text)

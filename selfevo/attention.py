@@ -68,6 +68,8 @@ def _mask(*args, **kwargs):
 
 def register() -> str:
     """Make ``attn_implementation="selfevo_gqa"`` known to transformers (idempotent); returns the name."""
+    # imported here: transformers' attention registries load its modeling code (and sympy), which the KV cache and
+    # the lean decoder, importing NAME, do not need
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
