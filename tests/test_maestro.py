@@ -18,7 +18,8 @@ from selfevo.algorithms.maestro_protocol import STAGE2_STOP, MaestroProtocol, ma
 from selfevo.engines import ENGINES
 from selfevo.engines.base import truncate_at_stop
 from selfevo.interaction import Episode, Runner, Turn
-from selfevo.optimizers import OPTIMIZERS, OptimCfg, Samples
+from selfevo.loop import TrainerCfg
+from selfevo.optimizers import OPTIMIZERS, ClpoCfg, Samples
 from selfevo.optimizers.clpo import choice_advantages, slate_steps, slate_terms
 from selfevo.optimizers.objectives import entropy_from_logits
 from selfevo.policy import SeqBatch
@@ -429,7 +430,8 @@ def snapshot(store):
 def test_clpo_trains_only_the_central_adapter_and_reports_eq8(make_store):
     store = make_store(agents=("central", "other"), micro_batch=2)
     samples = clpo_samples(store)
-    opt = OPTIMIZERS.get("clpo")(OptimCfg(kl_coef=0.1, kl_estimator="k3"), lambda_rank=0.5, lambda_ent=0.01)
+    opt = OPTIMIZERS.get("clpo")(TrainerCfg(kl_coef=0.1, kl_estimator="k3"), ClpoCfg(lambda_rank=0.5,
+                                                                                       lambda_ent=0.01))
     before = snapshot(store)
     with torch.no_grad():
         logp, ent = store.token_logprobs("central", samples.batch, entropy=True)
@@ -454,14 +456,16 @@ def test_clpo_trains_only_the_central_adapter_and_reports_eq8(make_store):
 def test_clpo_ablation_switches_and_defaults(make_store):
     store = make_store(agents=("central",), micro_batch=4)
     samples = clpo_samples(store)
-    no_choice = OPTIMIZERS.get("clpo")(OptimCfg(), choice=False, lambda_ent=0.0)(store, "central", samples)
+    no_choice = OPTIMIZERS.get("clpo")(TrainerCfg(), ClpoCfg(choice=False, lambda_rank=1.0, lambda_ent=0.0))(
+        store, "central", samples)
     assert no_choice["loss"] == pytest.approx(1.0 * no_choice["rank"], rel=1e-5)
-    no_rank = OPTIMIZERS.get("clpo")(OptimCfg(), rank=False, lambda_ent=0.0)(store, "central", samples)
+    no_rank = OPTIMIZERS.get("clpo")(TrainerCfg(), ClpoCfg(rank=False, lambda_ent=0.0))(store, "central",
+                                                                                          samples)
     assert no_rank["loss"] == pytest.approx(no_rank["choice"], rel=1e-5)
     # plain samples (no masks): every completion token is a decision token, no rationale, groups by prompt
     plain = Samples(SeqBatch(samples.batch.input_ids, samples.batch.attention_mask, samples.batch.loss_mask),
                     samples.rewards)
-    stats = OPTIMIZERS.get("clpo")(OptimCfg(epochs=2, train_batch=2))(store, "central", plain)
+    stats = OPTIMIZERS.get("clpo")(TrainerCfg(epochs=2, train_batch=2))(store, "central", plain)
     assert stats["rank"] == 0.0 and stats["optimizer_steps"] == 4 and stats["slates"] == 2
 
 

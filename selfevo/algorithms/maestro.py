@@ -32,7 +32,7 @@ from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, Turn
 from selfevo.loop import DataCfg, EvalCfg, Loop, RunCfg, TrainerCfg, rollout_timing, timed, update_timing
 from selfevo.loop.metrics import mean, turn_metrics
-from selfevo.optimizers import OPTIMIZERS
+from selfevo.optimizers import OPTIMIZERS, ClpoCfg
 from selfevo.rewards import assign, build_sources
 from selfevo.roles.maestro import VIEWS, central_spans
 from selfevo.tasks import load_tasks
@@ -65,14 +65,6 @@ class MaestroProtocolCfg:
     shuffle_slate: bool = opt(True, "show the slate in a seeded random order (else agent-major)")
     train_executors: bool = opt(False, "also train the execution agents (GRPO on their candidates' verifier reward; "
                                        "paper: frozen)")
-
-
-@dataclass
-class ClpoCfg:
-    lambda_rank: float = opt(0.5, "λ_rank: weight of L_rank (App. C.1 tunes it over 0.1, 0.5, 0.8, 1.0)", ge=0)
-    lambda_ent: float = opt(0.01, "λ_ent: entropy bonus (App. C.1: 0.01); λ_kl is trainer.kl_coef", ge=0)
-    choice: bool = opt(True, "use L_choice (false: the w/o L_choice ablation)")
-    rank: bool = opt(True, "use L_rank (false: the w/o L_rank ablation)")
 
 
 @dataclass
@@ -179,7 +171,7 @@ def run_step(loop: Loop, step: int, tasks: list[Task], executors: list, rewards:
     train, update_s = timed(loop.train, episodes, group_by=slate, keep_together=slate, extras=extras,
                             agents=["central"])
     if trained := [a for a in executors if a is not None]:
-        train.update(loop.train(episodes, agents=trained, optimizer=OPTIMIZERS.get("grpo")(loop.optim_cfg)))
+        train.update(loop.train(episodes, agents=trained, optimizer=OPTIMIZERS.get("grpo")(cfg.trainer)))
     sampled = [t.reward for e in episodes for t in e.turns if t.role == "central_sample"]
     metrics = {"accuracy": mean(verdict(ep.task, ep.meta["final"]).score >= 1.0 for ep in episodes),
                **maestro_metrics([ep.meta["rounds"] for ep in episodes], cfg.protocol.rounds),
@@ -191,10 +183,9 @@ def run_step(loop: Loop, step: int, tasks: list[Task], executors: list, rewards:
 
 
 def main(cfg) -> None:
-    n, c, d = cfg.agents, cfg.clpo, cfg.data
+    n, d = cfg.agents, cfg.data
     executors = [f"exec{i}" for i in range(n)] if cfg.protocol.train_executors else [None] * n
-    options = ({"lambda_rank": c.lambda_rank, "lambda_ent": c.lambda_ent, "choice": c.choice, "rank": c.rank}
-               if cfg.trainer.optimizer == "clpo" else None)
+    options = {"clpo": cfg.clpo} if cfg.trainer.optimizer == "clpo" else None
     rewards = {"central": build_sources([{"name": "slate", "role": "central_sample", "credit_refs": ["rationale"],
                                           "on_parse_failure": cfg.reward.on_parse_failure}])}
     if cfg.protocol.train_executors:
