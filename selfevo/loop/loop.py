@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from selfevo import distributed
 from selfevo.config import save_config
-from selfevo.engines.base import EngineError
+from selfevo.engines import EngineError, build_engine
 from selfevo.interaction import Episode, Runner, Turn
 from selfevo.loop import build, checkpoint
 from selfevo.loop.data import load_entries, task_batch
@@ -81,7 +81,7 @@ class Loop:
             record_launch(self.dir)
         world = distributed.world_size()
         workdir = self.dir / ("engine" if world == 1 else f"engine-rank{distributed.rank()}")
-        self.engine = build.engine(cfg.engine, self.store, cfg.model.dtype, workdir=str(workdir))
+        self.engine = build_engine(cfg.engine, self.store, cfg.model.dtype, workdir=str(workdir))
         self.optimizer = OPTIMIZERS.get(t.optimizer)(t, **(optimizer_options or {}))
         self.sampling = build.sampling(cfg.sampling)
         self.scalars = ScalarLog(self.dir, cfg.log.tensorboard and self.main, cfg.log.wandb and self.main,
