@@ -14,7 +14,7 @@ from scripted import ScriptedEngine
 
 from selfevo import cli
 from selfevo.algorithms.maestro import clpo_rows, span_mask
-from selfevo.algorithms.maestro_protocol import STAGE2_STOP, MaestroProtocol, maestro_metrics, with_final
+from selfevo.algorithms.maestro_protocol import STAGE2_STOP, MaestroProtocol, RoundsCfg, maestro_metrics, with_final
 from selfevo.engines import ENGINES
 from selfevo.engines.base import truncate_at_stop
 from selfevo.interaction import Episode, Runner, Turn
@@ -94,9 +94,12 @@ def verdict(task, text):
     return verify(task, text)
 
 
-def run_protocol(tasks, answer=None, **kw):
+def run_protocol(tasks, answer=None, samples=0, sample_temperature=1.0, replay=None, **settings):
+    """The rounds with two base-model executors and K=2, R=2, ε=0 unless ``settings`` (RoundsCfg keys) say else."""
     engine = ScriptEngine(answer=answer)
-    proto = MaestroProtocol([None, None], "central", verdict, **{"k": 2, "rounds": 2, "epsilon": 0.0, **kw})
+    cfg = RoundsCfg(**{"k": 2, "rounds": 2, "epsilon": 0.0, **settings})
+    proto = MaestroProtocol(cfg, [None, None], "central", verdict, samples=samples,
+                            sample_temperature=sample_temperature, replay=replay)
     episodes = Runner(engine, SAMPLING, seed="s").run([Episode(t) for t in tasks], proto.program)
     return engine, episodes
 
@@ -158,12 +161,12 @@ def test_parse_failures_are_recorded_never_candidate_one():
 
 
 def test_central_gen_and_self_consistency_modes():
-    engine, episodes = run_protocol([add_task(1)], mode="gen")
+    engine, episodes = run_protocol([add_task(1)], central_mode="gen")
     assert [len(c) for c in engine.calls] == [4, 1, 4, 1]
     rec = episodes[0].meta["rounds"][0]
     assert rec["chosen"] is None and rec["parsed"] and rec["chosen_correct"] == (rec["central_final"] == "4")
     assert "write your own complete solution" in engine.calls[1][0].messages[-1]["content"]
-    engine, episodes = run_protocol([add_task(1)], mode="gen_sc", sc_samples=5)
+    engine, episodes = run_protocol([add_task(1)], central_mode="gen_sc", sc_samples=5)
     assert [len(c) for c in engine.calls] == [4, 5, 4, 5]
     rec = episodes[0].meta["rounds"][-1]
     answers = [re.search(r"boxed\{(\d)\}", t.text).group(1) for t in episodes[0].turns[-5:]]
@@ -227,8 +230,8 @@ def chain_answer(picks: dict):
 def test_chained_selection_asks_both_stages_and_records_failures():
     tasks = [add_task(i) for i in range(3)]
     # task 0 picks displayed candidate 2 (the engine cuts "2\nFinal" at the stop "\n"); task 1: 9 of 4; task 2: none
-    engine, episodes = run_protocol(tasks, chain_answer({0: "2\nFinal", 1: "9", 2: "none"}), chain=True, samples=2,
-                                    reason_tokens=5)
+    engine, episodes = run_protocol(tasks, chain_answer({0: "2\nFinal", 1: "9", 2: "none"}), central_chain=True,
+                                    samples=2, reason_tokens=5)
     assert [len(c) for c in engine.calls] == [12, 9, 9, 12, 9, 9]  # per round: candidates, rationales, numbers
     for stage1, stage2 in ((engine.calls[1], engine.calls[2]), (engine.calls[4], engine.calls[5])):
         assert {(r.prefix, r.sampling.stop, r.sampling.max_new_tokens) for r in stage1} == {("Reason:", ("Chosen",), 5)}
@@ -611,11 +614,11 @@ def test_trainable_executors_and_ablation_config(tmp_path, capsys):
     [m] = lines(out / "metrics.jsonl")
     assert set(m["train"]) == {"central", "exec0", "exec1"} and "executor_accuracy" in m
     assert (out / "adapters" / "final" / "exec1" / "adapter_config.json").exists()
-    for bad, message in ((["protocol.central=gen"], "has no selection to train"),
+    for bad, message in ((["protocol.central_mode=gen"], "has no selection to train"),
                          (["clpo.choice=false", "clpo.rank=false"], "CLPO would train nothing")):
         assert cli.main(args(tmp_path, tmp_path / "x", "--dry-run", *bad)) == 2
         assert message in capsys.readouterr().err
-    assert cli.main(args(tmp_path, tmp_path / "g", "trainer.max_steps=1", "protocol.central=gen_sc",
+    assert cli.main(args(tmp_path, tmp_path / "g", "trainer.max_steps=1", "protocol.central_mode=gen_sc",
                          "trainer.optimizer=none", "protocol.view=reason", "protocol.rounds=1")) == 0
 
 
@@ -627,11 +630,11 @@ def test_eval_loads_the_central_adapter(tmp_path, make_store, capsys):
 
     store = make_store(agents=("c",))
     store.save_adapter("c", tmp_path / "central")
-    argv = ["benchmark=gsm8k", "setup=maestro_select", "model=tiny-random", "limit=2", "max_new_tokens=8",
-            f"output_dir={tmp_path / 'eval'}", f"data_root={DATA}", "rounds=1", "n_agents=2", "k=2",
-            f"central_adapter={tmp_path / 'central'}"]
+    argv = ["benchmark=gsm8k", "setup=maestro_select", "model.backbones=tiny-random", "limit=2",
+            "sampling.max_new_tokens=8", f"output_dir={tmp_path / 'eval'}", f"data_root={DATA}", "rounds=1",
+            "n_agents=2", "k=2", f"central_adapter={tmp_path / 'central'}"]
     fresh = PolicyStore(dtype="float32")
-    [record] = evaluation.run_eval(evaluation.parse_args(argv), store=fresh, engine=ScriptEngine(fresh),
+    [record] = evaluation.run_eval(*evaluation.load_eval_config(argv), store=fresh, engine=ScriptEngine(fresh),
                                    show_progress=False)
     assert record["agents"] == [None, None, "central"] and record["central_adapter"] == str(tmp_path / "central")
     calls = ScriptEngine.calls

@@ -102,12 +102,17 @@ def test_registry_and_defaults():
 
 def test_bad_options_are_one_line_errors():
     engine = ScriptedEngine(lambda r: "")
-    with pytest.raises(SetupError, match="no option 'kk' \\(did you mean 'k'\\?\\)"):
+    with pytest.raises(SetupError, match="setup 'consistency': unknown config key 'kk' in its options; did you "
+                                         "mean 'k'\\?"):
         make_setup("consistency", engine, SAMPLING, kk=3)
-    with pytest.raises(SetupError, match="aggregate must be 'vote' or 'llm'"):
+    with pytest.raises(SetupError, match="setup 'debate': aggregate must be vote or llm; got 'mean'"):
         make_setup("debate", engine, SAMPLING, aggregate="mean")
-    with pytest.raises(SetupError, match="must be an integer"):
+    with pytest.raises(SetupError, match="rounds must be an integer"):
         make_setup("maestro_select", engine, SAMPLING, rounds="two")
+    with pytest.raises(SetupError, match="epsilon must be in \\[0, 1\\], got 2.0"):
+        make_setup("maestro_select", engine, SAMPLING, epsilon=2)
+    with pytest.raises(SetupError, match="central_agent 3 is not an index into the 1 agent"):
+        make_setup("maestro_select", engine, SAMPLING, central_agent=3)
     assert make_setup("maestro_select", engine, SAMPLING, rounds="2", epsilon="0").opts.rounds == 2
     with pytest.raises(KeyError, match="unknown setup 'debat' \\(did you mean 'debate'\\?\\)"):
         make_setup("debat", engine, SAMPLING)

@@ -27,42 +27,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from selfevo.algorithms.maestro_protocol import MODES, MaestroProtocol, maestro_metrics
+from selfevo.algorithms.maestro_protocol import MaestroProtocol, RoundsCfg, maestro_metrics
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, Turn
 from selfevo.loop import DataCfg, EvalCfg, Loop, RunCfg, TrainerCfg, rollout_timing, timed, update_timing
 from selfevo.loop.metrics import mean, turn_metrics
 from selfevo.optimizers import OPTIMIZERS, ClpoCfg
 from selfevo.rewards import assign, build_sources
-from selfevo.roles.maestro import VIEWS, central_spans
+from selfevo.roles.maestro import central_spans
 from selfevo.tasks import load_tasks
 from selfevo.types import Task
 
 
 # ---- config -----------------------------------------------------------------------------------------------------
 @dataclass
-class MaestroProtocolCfg:
-    k: int = opt(3, "K: candidates each execution agent samples per round", ge=1)
-    rounds: int = opt(3, "R: rounds of exploration → selection → broadcast per question", ge=1)
-    epsilon: float = opt(0.1, "ε: chance that a candidate of round ≥ 2 uses the base prompt (Sec. 3.2)", ge=0, le=1)
-    central: str = opt("select", "convergence: select (MAESTRO) | gen (Central-Gen) | gen_sc (Central-Gen+SC)",
-                       choices=MODES)
-    sc_samples: int = opt(3, "Central-Gen+SC: central answers voted on", ge=1)
-    view: str = opt("both", "what the central agent sees of each candidate (Fig. 3)", choices=VIEWS)
+class MaestroProtocolCfg(RoundsCfg):
     central_samples: int = opt(4, "G: sampled central outputs per slate for training (CLPO's list, GRPO's group)",
                                ge=1)
     sample_temperature: float = opt(1.0, "temperature of the G training samples (the broadcast is greedy)", gt=0)
-    central_prefix: str = opt("", "start central answers with this (small models: 'Reason:'); '' = paper")
-    central_chain: bool = opt(False, "small models: the selection in two stages, rationale then 'Chosen: Candidate "
-                                     "k' (given up to k); Final is the chosen candidate's answer (see the docs); "
-                                     "Central-Select only (central=gen|gen_sc write no selection)")
-    reason_tokens: int = opt(48, "central_chain: token limit of the rationale stage", ge=1)
     central_max_new_tokens: int = opt(0, "token limit of central answers (0: sampling.max_new_tokens)", ge=0)
-    justification_chars: int = opt(300, "the broadcast's justification: its first this-many characters", ge=1)
-    history_chars: int = opt(1500, "each earlier solution an agent sees again: its last this-many characters", ge=1)
-    candidate_chars: int | None = opt(None, "each candidate the central agent sees: its last this-many characters "
-                                            "(null: whole)", ge=1)
-    shuffle_slate: bool = opt(True, "show the slate in a seeded random order (else agent-major)")
     train_executors: bool = opt(False, "also train the execution agents (GRPO on their candidates' verifier reward; "
                                        "paper: frozen)")
 
@@ -94,8 +77,8 @@ class Config(RunCfg):
 
     @staticmethod
     def check(cfg) -> None:
-        if cfg.protocol.central != "select" and cfg.trainer.optimizer != "none":
-            raise ConfigError(f"protocol.central={cfg.protocol.central} has no selection to train: use "
+        if cfg.protocol.central_mode != "select" and cfg.trainer.optimizer != "none":
+            raise ConfigError(f"protocol.central_mode={cfg.protocol.central_mode} has no selection to train: use "
                               f"trainer.optimizer=none (got {cfg.trainer.optimizer})")
         if cfg.trainer.optimizer == "clpo" and not (cfg.clpo.choice or cfg.clpo.rank):
             raise ConfigError("clpo.choice and clpo.rank are both false: CLPO would train nothing but KL/entropy")
@@ -103,15 +86,11 @@ class Config(RunCfg):
 
 # ---- the protocol of a step, CLPO's masks ----------------------------------------------------------------------
 def make_protocol(cfg, executors: list, step: int | str, verdict, samples: int) -> MaestroProtocol:
-    """The MAESTRO rounds of ``step`` (request seeds keyed by run seed and step), the central agent ``central``."""
+    """The MAESTRO rounds of the ``protocol`` section at ``step`` (request seeds keyed by run seed and step), the
+    central agent ``central``, ``samples`` training outputs per slate."""
     p = cfg.protocol
-    return MaestroProtocol(executors, "central", verdict, k=p.k, rounds=p.rounds, epsilon=p.epsilon,
-                           seed=f"{cfg.seed}/{step}", mode=p.central, view=p.view, central_prefix=p.central_prefix,
-                           central_max_new_tokens=p.central_max_new_tokens, samples=samples,
-                           sample_temperature=p.sample_temperature, sc_samples=p.sc_samples,
-                           justification_chars=p.justification_chars, history_chars=p.history_chars,
-                           candidate_chars=p.candidate_chars, shuffle_slate=p.shuffle_slate, chain=p.central_chain,
-                           reason_tokens=p.reason_tokens)
+    return MaestroProtocol(p, executors, "central", verdict, seed=f"{cfg.seed}/{step}", samples=samples,
+                           sample_temperature=p.sample_temperature, central_max_new_tokens=p.central_max_new_tokens)
 
 
 def cached_verdict():

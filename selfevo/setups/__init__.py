@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from selfevo.setups.base import (SETUPS, Setup, SetupError, SetupRun, TaskResult, Turn, Vote, answer_equivalence,
-                                 coerce_option, majority_vote, normalize_answer, option_names, request_seed,
+                                 load_options, majority_vote, normalize_answer, option_names, request_seed,
                                  turn_record)
 from selfevo.setups import vanilla, consistency, autogen, debate, maestro  # noqa: E402,F401,I001  (registers)
 from selfevo.setups.maestro import Selection, coverage_identification, parse_selection
@@ -27,10 +27,10 @@ def setup_names() -> list[str]:
 
 def make_setup(name: str, engine, sampling: SamplingParams, agents: Sequence[str | None] | None = None,
                seed: int = 0, verifier: Callable | None = None, progress: Callable[[str], None] | None = None,
-               **options: Any) -> Setup:
+               continuous: bool | None = None, **options: Any) -> Setup:
     """The setup registered as ``name`` (one-line errors for unknown names and options)."""
     return SETUPS.get(name)(engine, sampling, agents=agents, seed=seed, verifier=verifier, progress=progress,
-                            **options)
+                            continuous=continuous, **options)
 
 
 def run_setup(name: str, tasks: Sequence[Task], engine, sampling: SamplingParams,
@@ -41,6 +41,6 @@ def run_setup(name: str, tasks: Sequence[Task], engine, sampling: SamplingParams
 
 
 __all__ = ["SETUPS", "Selection", "Setup", "SetupError", "SetupRun", "TaskResult", "Turn", "Vote",
-           "answer_equivalence", "coerce_option", "coverage_identification", "make_setup", "majority_vote",
+           "answer_equivalence", "coverage_identification", "load_options", "make_setup", "majority_vote",
            "normalize_answer", "option_names", "parse_selection", "request_seed", "run_setup", "setup_names",
            "turn_record"]
