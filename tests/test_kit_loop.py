@@ -252,3 +252,22 @@ def test_cli_resume_appends_one_launch_and_one_step(comas_run):
     eps = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
     assert [e["step"] for e in eps] == [0, 0, 1, 1, 2, 2]
     assert (out / "adapters" / "step_2" / "agent1" / "adapter_config.json").exists()
+
+
+# ---- engines from the engine section ------------------------------------------------------------------------------
+def test_build_engine_reads_the_section_through_the_registered_class(make_store):
+    from omegaconf import OmegaConf
+
+    from selfevo.config import EngineCfg
+    from selfevo.engines import HFEngine, build_engine
+    from selfevo.engines.base import vllm_lora_rank
+    from selfevo.policy import LoraSettings
+
+    store = make_store(agents=("a0",))
+    engine = build_engine(OmegaConf.structured(EngineCfg(name="hf", max_batch=5)), store, "float32")
+    assert isinstance(engine, HFEngine) and engine.max_batch == 5
+    # vLLM's max_lora_rank: the smallest accepted value that fits every adapter (the store's rank without agents)
+    assert vllm_lora_rank(store) == 8
+    store.add_agent("wide", "tiny-random", LoraSettings(r=20, alpha=40))
+    assert vllm_lora_rank(store) == 32
+    assert vllm_lora_rank(make_store(agents=())) == 8

@@ -456,3 +456,18 @@ def test_turn_records_keep_the_items_schema():
     fallback = run.results[0].info["rounds"][0]["order"][0]  # unparsable: no choice, the first shown is output
     assert records[2]["meta"] == {"chosen": None, "shown": None, "output": fallback, "parsed": False}
     assert records[0]["meta"]["agent_index"] == 0
+
+
+def test_continuous_false_sends_one_engine_call_per_wave():
+    """``engine.continuous=false`` reaches a setup's runner: an engine that can stream gets plain generate calls."""
+
+    class StreamingEngine(ScriptedEngine):
+        def stream(self, source):
+            raise AssertionError("continuous=False must not stream")
+
+    tasks = [math_task("t1", "What is 1 + 0?", "1"), math_task("t2", "What is 0 + 1?", "1")]
+    engine = StreamingEngine(lambda r: "The answer is \\boxed{1}")
+    run = make_setup("debate", engine, SAMPLING, continuous=False, n_agents=2, rounds=2).run(tasks)
+    assert run.steps == 2 and [len(c) for c in engine.calls] == [4, 4]
+    with pytest.raises(AssertionError, match="must not stream"):
+        make_setup("vanilla", StreamingEngine(lambda r: ""), SAMPLING).run(tasks)
