@@ -402,6 +402,7 @@ def parse_overrides(schema_cls: type, overrides: Sequence[str]) -> DictConfig:
 
 
 def _checked(cfg: DictConfig, schema_cls: type) -> DictConfig:
+    """``cfg`` made writable and validated against ``schema_cls``."""
     OmegaConf.set_readonly(cfg, False)
     validate_config(cfg, schema_cls)
     return cfg

@@ -111,6 +111,11 @@ def _config_keys() -> set[str]:
     return {f.name for f in dataclasses.fields(EvalConfig)}
 
 
+def _key(arg: str) -> str:
+    """The key of a ``key=value`` argument."""
+    return arg.split("=", 1)[0].strip()
+
+
 def load_eval_config(argv: Sequence[str], preset: str | None = None) -> tuple[DictConfig, dict[str, dict[str, Any]]]:
     """``key=value`` arguments (and an optional preset YAML) → the validated :class:`EvalConfig` and, per selected
     setup, its options. Every problem is a one-line :class:`~selfevo.config.ConfigError` (or ``SetupError``)."""
@@ -123,10 +128,6 @@ def load_eval_config(argv: Sequence[str], preset: str | None = None) -> tuple[Di
     options = setup_options(list(cfg.setup), [a for a in argv if _key(a).split(".")[0] not in keys])
     check_setups(options, n_adapters=len(cfg.adapters))
     return cfg, options
-
-
-def _key(arg: str) -> str:
-    return arg.split("=", 1)[0].strip()
 
 
 def check_setups(options: dict[str, dict[str, Any]], n_adapters: int) -> None:
@@ -153,9 +154,9 @@ def setup_options(setups: Sequence[str], args: Sequence[str]) -> dict[str, dict[
             raise EvalError(f"unknown key '{_key(arg)}'{hint}; keys: {', '.join(known)}")
     options: dict[str, dict[str, Any]] = {}
     for s in setups:
-        Options = SETUPS.get(s).Options
+        declared = SETUPS.get(s).Options
         mine = [a for a in args if _key(a) in names[s]]
-        typed = OmegaConf.to_container(load_options(Options, parse_overrides(Options, mine), s))
+        typed = OmegaConf.to_container(load_options(declared, parse_overrides(declared, mine), s))
         options[s] = {_key(a): typed[_key(a)] for a in mine}
     return options
 

@@ -101,9 +101,10 @@ def test_cli_loads_adapters_as_agents(tmp_path, make_store):
     store.save_adapter("x", tmp_path / "ad0")
     store.save_adapter("x", tmp_path / "ad1")
     out = tmp_path / "eval"
+    adapters = f"adapters=[{tmp_path / 'ad0'},{tmp_path / 'ad1'}]"
     cfg, options = load_eval_config(["benchmark=gsm8k", "setup=maestro_select", "model.backbones=tiny-random",
                                      "limit=1", "sampling.max_new_tokens=3", f"output_dir={out}", f"data_root={DATA}",
-                                     "rounds=1", "n_agents=2", "k=1", f"adapters=[{tmp_path / 'ad0'},{tmp_path / 'ad1'}]"])
+                                     "rounds=1", "n_agents=2", "k=1", adapters])
     records = evaluation.run_eval(cfg, options, show_progress=False)
     assert records[0]["agents"] == ["agent0", "agent1"]
     item = json.loads((out / "gsm8k-maestro_select" / "items.jsonl").read_text().splitlines()[0])
