@@ -25,7 +25,8 @@ from common import gsm8k_prompts, machine, save  # noqa: E402
 from selfevo import models  # noqa: E402
 from selfevo.engines.hf import HFEngine  # noqa: E402
 from selfevo.policy import LoraSettings, PolicyStore, SeqBatch  # noqa: E402
-from selfevo.optimizers import OPTIMIZERS, OptimCfg, Samples  # noqa: E402
+from selfevo.loop import TrainerCfg  # noqa: E402
+from selfevo.optimizers import OPTIMIZERS, Samples  # noqa: E402
 from selfevo.tasks import format_prompt, load_tasks  # noqa: E402
 from selfevo.types import Request, SamplingParams  # noqa: E402
 from selfevo.verifiers import verify  # noqa: E402
@@ -51,7 +52,7 @@ def selfevo_run(tasks, args) -> float:
             [t for t in batch_tasks for _ in range(PER_PROMPT)], outs)])
         batch = SeqBatch.build([o.prompt_ids for o in outs], [o.token_ids for o in outs],
                                store.backbones[MODEL].tokenizer.pad_token_id)
-        OPTIMIZERS.get("reinforce_pp")(OptimCfg())(store, "agent", Samples(batch, rewards))
+        OPTIMIZERS.get("reinforce_pp")(TrainerCfg())(store, "agent", Samples(batch, rewards))
         if step > 0:
             seconds += time.perf_counter() - start
             tokens += sum(len(o.token_ids) for o in outs)

@@ -55,11 +55,12 @@ def _ls() -> int:
 
 
 def _ls_kit() -> None:
-    """The pluggable parts: roles (with their kind), reward sources, optimizers, verifiers, benchmarks, setups."""
+    """The pluggable parts: roles (with their kind), reward sources, optimizers, verifiers, benchmarks, setups (with
+    their options)."""
     from selfevo.optimizers import OPTIMIZERS
     from selfevo.rewards import REWARD_SOURCES
     from selfevo.roles import ROLES
-    from selfevo.setups import SETUPS
+    from selfevo.setups import SETUPS, option_names
     from selfevo.tasks import task_names
     from selfevo.verifiers import verifier_names
 
@@ -70,7 +71,9 @@ def _ls_kit() -> None:
     print(f"optimizers: {', '.join(OPTIMIZERS.names())}")
     print(f"verifiers: {', '.join(verifier_names())}")
     print(f"benchmarks: {', '.join(task_names())}")
-    print(f"inference setups: {', '.join(SETUPS.names())}")
+    print("inference setups (their options, declared by each setup; selfevo eval --help: defaults and meaning):")
+    for name in SETUPS:
+        print(f"  {name:<24} {', '.join(option_names(SETUPS.get(name).Options)) or '-'}")
 
 
 def _run_parser() -> argparse.ArgumentParser:

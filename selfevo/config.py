@@ -15,7 +15,7 @@ import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -391,23 +391,41 @@ def _load_preset(cfg: DictConfig, recipe: str, preset: str) -> DictConfig:
     return _merge(cfg, yaml, str(path))
 
 
+def parse_overrides(schema_cls: type, overrides: Sequence[str]) -> DictConfig:
+    """``key=value`` strings as a config (values read as YAML, after :func:`normalize_overrides`), not yet merged
+    into ``schema_cls``; one-line :class:`ConfigError` for a malformed one."""
+    bad = [o for o in overrides if "=" not in o or o.startswith("=")]
+    if bad:
+        raise ConfigError(f"override '{bad[0]}' is not of the form key=value")
+    try:
+        return OmegaConf.from_dotlist(normalize_overrides(schema_cls, overrides))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"bad override: {str(exc).splitlines()[0]}") from None
+
+
+def _checked(cfg: DictConfig, schema_cls: type) -> DictConfig:
+    """``cfg`` made writable and validated against ``schema_cls``."""
+    OmegaConf.set_readonly(cfg, False)
+    validate_config(cfg, schema_cls)
+    return cfg
+
+
 def load_config(schema_cls: type, recipe: str, preset: str | None, overrides: Sequence[str]) -> DictConfig:
     """Schema defaults ← preset (a name under ``configs/<recipe>/`` or a YAML path) ← ``key=value`` overrides, then
     :func:`validate_config`. Every problem is a one-line :class:`ConfigError`; nothing is loaded or written."""
     cfg = OmegaConf.structured(schema_cls)
     if preset is not None:
         cfg = _load_preset(cfg, recipe, preset)
-    bad = [o for o in overrides if "=" not in o or o.startswith("=")]
-    if bad:
-        raise ConfigError(f"override '{bad[0]}' is not of the form key=value")
-    try:
-        dot = OmegaConf.from_dotlist(normalize_overrides(schema_cls, overrides))
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"bad override: {str(exc).splitlines()[0]}") from None
-    cfg = _merge(cfg, dot, "the command line")
-    OmegaConf.set_readonly(cfg, False)
-    validate_config(cfg, schema_cls)
-    return cfg
+    dot = parse_overrides(schema_cls, overrides)
+    return _checked(_merge(cfg, dot, "the command line"), schema_cls)
+
+
+def load_section(schema_cls: type, values: Mapping[str, Any] | DictConfig, where: str) -> DictConfig:
+    """Schema defaults ← ``values`` (Python values, strings that read as the declared types, or a config from
+    :func:`parse_overrides`), then :func:`validate_config`: a section built outside :func:`load_config` (a setup's
+    options) checked the same way. Every problem is a one-line :class:`ConfigError` naming ``where``."""
+    given = values if isinstance(values, DictConfig) else OmegaConf.create(dict(values))
+    return _checked(_merge(OmegaConf.structured(schema_cls), given, where), schema_cls)
 
 
 def save_config(cfg: DictConfig, out_dir: str | Path) -> Path:

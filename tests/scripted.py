@@ -9,6 +9,11 @@ class ScriptedEngine:
     def __init__(self, store=None, **_):
         self.store = store
 
+    @classmethod
+    def from_config(cls, section, store, dtype, workdir=None):
+        """Built by ``engine.name=<its registered name>``: only the store matters."""
+        return cls(store)
+
     def answer(self, request) -> str:
         raise NotImplementedError
 

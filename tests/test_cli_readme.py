@@ -22,7 +22,7 @@ import yaml
 from selfevo import cli
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-HEAVY_TEXT = ("--preset paper", "engine.name=vllm", "engine=vllm", "SELFEVO_EXTRA=gpu")
+HEAVY_TEXT = ("--preset paper", "engine.name=vllm", "SELFEVO_EXTRA=gpu")
 SEPARATORS = {"&&", "||", "|", ";", "&"}
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 TINY = "tiny-random"
@@ -213,8 +213,9 @@ def adapt_eval(rest: list[str], pairs: dict[str, str], work: Path, case: int) ->
             if not (Path(folder) / "adapter_config.json").exists():
                 make_adapter(Path(folder))
         pairs = {**pairs, "adapters": "[" + ",".join(folders) + "]"}
-    real = {**pairs, "model": tiny(pairs.get("model", TINY)), "limit": str(min(int(pairs.get("limit", 2)), 2)),
-            "max_new_tokens": "4"}
+    backbones = [tiny(b) for b in as_list(pairs.get("model.backbones", TINY))]
+    real = {**pairs, "model.backbones": "[" + ",".join(backbones) + "]",
+            "limit": str(min(int(pairs.get("limit", 2)), 2)), "sampling.max_new_tokens": "4"}
     real["output_dir"] = local(pairs["output_dir"], work) if "output_dir" in pairs else str(work / f"case{case}")
     return rest, pairs, real
 

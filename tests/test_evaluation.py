@@ -5,24 +5,30 @@ import os
 import pytest
 
 from selfevo import evaluation
-from selfevo.evaluation import EvalError, format_table, main, parse_args
+from selfevo.evaluation import EvalError, format_table, load_eval_config, main
 
 DATA = os.environ.get("SELFEVO_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason="benchmark data not found (set SELFEVO_DATA)")
 
 
-def test_parse_args_lists_defaults_and_setup_options(tmp_path):
+def test_load_eval_config_lists_defaults_and_setup_options(tmp_path):
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "adapter_config.json").write_text("{}")
-    args = parse_args(["benchmark=gsm8k,math500", "setup=[vanilla, consistency,maestro_select]", "limit=5",
-                       f"adapters=[{tmp_path / 'a'},{tmp_path / 'b'}]", "k=8", "epsilon=0", "temperature=0.2"])
-    assert args.benchmarks == ["gsm8k", "math500"] and args.setups == ["vanilla", "consistency", "maestro_select"]
-    assert args.limit == 5 and args.temperature == 0.2 and args.top_p is None and args.max_new_tokens == 256
-    assert args.adapters == [str(tmp_path / "a"), str(tmp_path / "b")]
-    # k goes to both setups that have it, epsilon only to maestro_select
-    assert args.setup_options == {"vanilla": {}, "consistency": {"k": 8}, "maestro_select": {"k": 8, "epsilon": 0.0}}
-    assert args.model == "smollm2-135m-instruct" and args.engine == "hf" and args.seed == 0
+    cfg, options = load_eval_config(["benchmark=gsm8k,math500", "setup=[vanilla, consistency,maestro_select]",
+                                     "limit=5", f"adapters=[{tmp_path / 'a'},{tmp_path / 'b'}]", "k=8", "epsilon=0",
+                                     "sampling.temperature=0.2", "central_prefix='Reason:'"])
+    assert cfg.benchmark == ["gsm8k", "math500"] and cfg.setup == ["vanilla", "consistency", "maestro_select"]
+    s = cfg.sampling
+    assert cfg.limit == 5 and s.temperature == 0.2 and s.top_p is None and s.max_new_tokens == 256
+    assert cfg.adapters == [str(tmp_path / "a"), str(tmp_path / "b")]
+    # k goes to both setups that have it, epsilon only to maestro_select; values typed as declared
+    assert options == {"vanilla": {}, "consistency": {"k": 8},
+                       "maestro_select": {"k": 8, "epsilon": 0.0, "central_prefix": "Reason:"}}
+    assert isinstance(options["maestro_select"]["epsilon"], float)
+    # the sections of selfevo run, with its defaults
+    assert cfg.model.backbones == ["smollm2-135m-instruct"] and cfg.model.dtype == "bfloat16"
+    assert cfg.engine.name == "hf" and cfg.engine.max_batch == 64 and cfg.seed == 0
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -32,8 +38,12 @@ def test_parse_args_lists_defaults_and_setup_options(tmp_path):
     (["benchmark=gsm8k", "setup=vanila"], "unknown setup 'vanila' (did you mean 'vanilla'?)"),
     (["benchmark=gsm8", "setup=vanilla"], "unknown benchmark 'gsm8'"),
     (["benchmark=gsm8k", "setup=vanilla", "limit=many"], "limit must be an integer"),
-    (["benchmark=gsm8k", "setup=debate", "rounds=x"], "option 'rounds' of setup 'debate' must be an integer"),
-    (["benchmark=gsm8k", "setup=vanilla", "engine=tgi"], "engine must be hf or vllm; got 'tgi'"),
+    (["benchmark=gsm8k", "setup=debate", "rounds=x"], "setup 'debate': rounds must be an integer, got 'x'"),
+    (["benchmark=gsm8k", "setup=vanilla", "engine.name=tgi"], "engine.name must be one of "),  # the list grows
+    (["benchmark=gsm8k", "setup=vanilla", "max_batch=8"], "unknown key 'max_batch' (did you mean 'engine.max_batch'?)"),
+    (["benchmark=gsm8k", "setup=vanilla", "model.backbones=[a,b]"], "model.backbones has 2 entries but no adapters"),
+    (["benchmark=gsm8k", "setup=vanilla", "engine.name=vllm", "sampling.max_new_tokens=5000"],
+     "sampling.max_new_tokens must be < engine.max_model_len (4096)"),
     (["benchmark=gsm8k", "setup=vanilla", "adapters=[/no/such/dir]"], "has no adapter_config.json"),
     (["benchmark=gsm8k", "setup=vanilla", "oops"], "not of the form key=value"),
 ])
@@ -56,7 +66,8 @@ def test_format_table():
 @needs_data
 def test_cli_writes_results_for_two_benchmarks_and_two_setups(tmp_path, capsys):
     out = tmp_path / "eval"
-    rc = main(["benchmark=gsm8k,math500", "setup=vanilla,debate", "model=tiny-random", "limit=2", "max_new_tokens=4",
+    rc = main(["benchmark=gsm8k,math500", "setup=vanilla,debate", "model.backbones=tiny-random", "limit=2",
+               "sampling.max_new_tokens=4",
                f"output_dir={out}", f"data_root={DATA}", "rounds=1"])
     assert rc == 0
     printed = capsys.readouterr().out
@@ -66,6 +77,7 @@ def test_cli_writes_results_for_two_benchmarks_and_two_setups(tmp_path, capsys):
             res = json.loads((folder / "results.json").read_text())
             assert (res["benchmark"], res["setup"], res["n"]) == (bench, setup, 2)
             assert 0.0 <= res["accuracy"] <= 1.0 and res["agents"] == [None]
+            assert res["backbones"] == ["tiny-random"] and res["engine"] == "hf"
             assert res["steps"] == 1 and res["generations"] == (2 if setup == "vanilla" else 6)
             assert res["sampling"]["temperature"] == (0.0 if setup == "vanilla" else 0.5)  # the setups' defaults
             assert res["sampling"]["max_new_tokens"] == 4
@@ -89,10 +101,11 @@ def test_cli_loads_adapters_as_agents(tmp_path, make_store):
     store.save_adapter("x", tmp_path / "ad0")
     store.save_adapter("x", tmp_path / "ad1")
     out = tmp_path / "eval"
-    args = parse_args(["benchmark=gsm8k", "setup=maestro_select", "model=tiny-random", "limit=1",
-                       "max_new_tokens=3", f"output_dir={out}", f"data_root={DATA}", "rounds=1", "n_agents=2", "k=1",
-                       f"adapters=[{tmp_path / 'ad0'},{tmp_path / 'ad1'}]"])
-    records = evaluation.run_eval(args, show_progress=False)
+    adapters = f"adapters=[{tmp_path / 'ad0'},{tmp_path / 'ad1'}]"
+    cfg, options = load_eval_config(["benchmark=gsm8k", "setup=maestro_select", "model.backbones=tiny-random",
+                                     "limit=1", "sampling.max_new_tokens=3", f"output_dir={out}", f"data_root={DATA}",
+                                     "rounds=1", "n_agents=2", "k=1", adapters])
+    records = evaluation.run_eval(cfg, options, show_progress=False)
     assert records[0]["agents"] == ["agent0", "agent1"]
     item = json.loads((out / "gsm8k-maestro_select" / "items.jsonl").read_text().splitlines()[0])
     # execution agents 0 and 1 use agent0 and agent1; the central agent (no extra adapter) uses agents[0]
@@ -108,7 +121,7 @@ def test_adapter_that_does_not_fit_is_a_one_line_error(tmp_path, make_store, cap
     store = make_store(("x",))
     path = store.save_adapter("x", tmp_path / "ad")
     save_file({"bogus.lora_A.weight": torch.zeros(2, 2)}, str(path / "adapter_model.safetensors"))
-    rc = main(["benchmark=gsm8k", "setup=vanilla", "model=tiny-random", "limit=1", f"data_root={DATA}",
+    rc = main(["benchmark=gsm8k", "setup=vanilla", "model.backbones=tiny-random", "limit=1", f"data_root={DATA}",
                f"output_dir={tmp_path / 'o'}", f"adapters={path}"])
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]  # (transformers prints its weight-loading bar before)
@@ -116,13 +129,15 @@ def test_adapter_that_does_not_fit_is_a_one_line_error(tmp_path, make_store, cap
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["benchmark=gsm8k", "setup=vanilla", "top_p=0"], "top_p must be in (0, 1], got 0.0"),
-    (["benchmark=gsm8k", "setup=vanilla", "max_new_tokens=0"], "max_new_tokens must be >= 1, got 0"),
-    (["benchmark=gsm8k", "setup=vanilla", "temperature=-1"], "temperature must be >= 0, got -1.0"),
-    (["benchmark=gsm8k", "setup=vanilla", "dtype=fp8"], "dtype must be one of float32, bfloat16, float16; got 'fp8'"),
+    (["benchmark=gsm8k", "setup=vanilla", "sampling.top_p=0"], "sampling.top_p must be in (0, 1], got 0.0"),
+    (["benchmark=gsm8k", "setup=vanilla", "sampling.max_new_tokens=0"], "sampling.max_new_tokens must be >= 1, got 0"),
+    (["benchmark=gsm8k", "setup=vanilla", "sampling.temperature=-1"], "sampling.temperature must be >= 0, got -1.0"),
+    (["benchmark=gsm8k", "setup=vanilla", "model.dtype=fp8"],
+     "model.dtype must be one of float32, bfloat16, float16; got 'fp8'"),
     (["benchmark=", "setup=vanilla"], "benchmark must not be empty"),
     (["benchmark=gsm8k", "setup=vanilla", "--bogus"], "unrecognized arguments: --bogus"),
-    (["benchmark=gsm8k", "setup=maestro_select", "epsilon=2"], "epsilon must lie in [0, 1], got 2.0"),
+    (["benchmark=gsm8k", "setup=maestro_select", "epsilon=2"], "setup 'maestro_select': epsilon must be in [0, 1], "
+                                                               "got 2.0"),
 ])
 def test_ranges_and_choices_are_checked_before_anything_runs(argv, message, tmp_path, capsys):
     out = tmp_path / "eval"
@@ -136,11 +151,11 @@ def test_preset_file_and_dry_run(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(evaluation, "run_eval", lambda *a, **k: pytest.fail("--dry-run must not run"))
     preset = tmp_path / "my.yaml"
-    preset.write_text("benchmark: [gsm8k]\nsetup: [debate]\nlimit: 3\ntemperature: 0.3\n")
+    preset.write_text("benchmark: [gsm8k]\nsetup: [debate]\nlimit: 3\nsampling:\n  temperature: 0.3\n")
     out = tmp_path / "eval"
     assert main(["--preset", str(preset), "limit=5", "rounds=1", f"output_dir={out}", "--dry-run"]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
-    assert printed["benchmark"] == ["gsm8k"] and printed["limit"] == 5 and printed["temperature"] == 0.3
+    assert printed["benchmark"] == ["gsm8k"] and printed["limit"] == 5 and printed["sampling"]["temperature"] == 0.3
     assert printed["setup_options"] == {"debate": {"rounds": 1}} and not out.exists()
     preset.write_text("limt: 3\n")
     assert main(["--preset", str(preset), "benchmark=gsm8k", "setup=vanilla"]) == 2
@@ -155,4 +170,4 @@ def test_eval_help_lists_every_key(capsys):
     printed = capsys.readouterr().out
     for key, _, _, help in describe(evaluation.EvalConfig):
         assert help and any(line.split()[:1] == [key] and help in line for line in printed.splitlines())
-    assert "debate: " in printed
+    assert "  debate:\n" in printed and "central_mode" in printed  # each setup's declared options

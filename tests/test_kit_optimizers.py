@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from selfevo.interaction import Episode, Turn
-from selfevo.optimizers import OPTIMIZERS, OptimCfg, Samples, train_agents
+from selfevo.loop import TrainerCfg
+from selfevo.optimizers import OPTIMIZERS, Samples, train_agents
+from selfevo.optimizers.base import on_policy
 from selfevo.optimizers.objectives import reinforce_pp_advantages, task_relative_advantages
 from selfevo.policy import SeqBatch
 from selfevo.types import Completion, Request, Task
@@ -89,7 +91,7 @@ def test_every_optimizer_trains_only_its_agents_adapter(make_store, name):
     store = make_store(agents=("a0", "a1", "a2"), micro_batch=2)
     samples = samples_of(store)
     before = snapshot(store)
-    stats = OPTIMIZERS.get(name)(OptimCfg())(store, "a1", samples)
+    stats = OPTIMIZERS.get(name)(TrainerCfg())(store, "a1", samples)
     after = snapshot(store)
     assert stats["skipped"] is False and math.isfinite(stats["loss"]) and stats["grad_norm"] > 0
     assert delta(before, after, "a1") > 0
@@ -99,10 +101,10 @@ def test_every_optimizer_trains_only_its_agents_adapter(make_store, name):
     assert store.adapter_params("a1") and all(p.grad is None for p in store.adapter_params("a1"))
 
 
-@pytest.mark.parametrize("name,cfg", [("reinforce_pp", OptimCfg(kl_coef=0.1)),
-                                      ("reinforce_pp", OptimCfg(kl_coef=0.1, kl_in_reward=False, kl_estimator="k3")),
-                                      ("grpo", OptimCfg(kl_coef=0.1, kl_in_reward=False, kl_estimator="k2")),
-                                      ("task_relative", OptimCfg(kl_coef=0.1, kl_in_reward=False))])
+@pytest.mark.parametrize("name,cfg", [("reinforce_pp", TrainerCfg(kl_coef=0.1)),
+                                      ("reinforce_pp", TrainerCfg(kl_coef=0.1, kl_in_reward=False, kl_estimator="k3")),
+                                      ("grpo", TrainerCfg(kl_coef=0.1, kl_in_reward=False, kl_estimator="k2")),
+                                      ("task_relative", TrainerCfg(kl_coef=0.1, kl_in_reward=False))])
 def test_kl_variants_train_and_measure_kl(store, name, cfg):
     opt = OPTIMIZERS.get(name)(cfg)
     before = snapshot(store)
@@ -124,7 +126,7 @@ def test_micro_batch_size_does_not_change_the_gradient(store):
         reset(store, micro_batch=mb, max_grad_norm=1e9)
         store.optimizers["a0"] = torch.optim.SGD(store.adapter_params("a0"), lr=1.0)
         before = snapshot(store)
-        OPTIMIZERS.get("reinforce_pp")(OptimCfg())(store, "a0", samples_of(store))
+        OPTIMIZERS.get("reinforce_pp")(TrainerCfg())(store, "a0", samples_of(store))
         after = snapshot(store)
         deltas.append({n: after[n] - before[n] for n in before if "lora_" in n})
     norm = math.sqrt(sum(float((d ** 2).sum()) for d in deltas[0].values()))
@@ -137,11 +139,11 @@ def test_micro_batch_size_does_not_change_the_gradient(store):
 @pytest.mark.parametrize("train_batch,epochs,steps", [(0, 1, 1), (2, 1, 2), (3, 1, 2), (0, 2, 2), (2, 2, 4)])
 def test_train_batch_and_epochs_count_optimizer_steps(store, train_batch, epochs, steps):
     before = snapshot(store)
-    cfg = OptimCfg(train_batch=train_batch, epochs=epochs)
+    cfg = TrainerCfg(train_batch=train_batch, epochs=epochs)
     stats = OPTIMIZERS.get("reinforce_pp")(cfg)(store, "a1", samples_of(store))
     assert stats["optimizer_steps"] == steps and store.versions["a1"] == steps and stats["skipped"] is False
     assert delta(before, snapshot(store), "a1") > 0 and delta(before, snapshot(store), "a0") == 0
-    if cfg.on_policy:
+    if on_policy(cfg):
         assert stats["kl_rollout"] == 0.0 and stats["clip_frac"] == 0.0
 
 
@@ -150,7 +152,7 @@ def test_task_relative_equal_rewards_in_every_group_is_a_no_op(store):
     rewards, groups = [1.0, 1.0, 0.0, 0.0], ["x", "x", "y", "y"]
     assert torch.equal(task_relative_advantages(torch.tensor(rewards), groups), torch.zeros(4))
     before = snapshot(store)
-    stats = OPTIMIZERS.get("task_relative")(OptimCfg())(store, "a0", samples_of(store, rewards, groups))
+    stats = OPTIMIZERS.get("task_relative")(TrainerCfg())(store, "a0", samples_of(store, rewards, groups))
     assert stats["loss"] == 0.0 and stats["grad_norm"] == 0.0 and stats["clip_frac"] == 0.0
     assert delta(before, snapshot(store), "a0") == 0
 
@@ -158,7 +160,7 @@ def test_task_relative_equal_rewards_in_every_group_is_a_no_op(store):
 @pytest.mark.parametrize("name", ["task_relative", "grpo", "reinforce_pp"])
 def test_constant_rewards_give_no_update(store, name):
     before = snapshot(store)
-    stats = OPTIMIZERS.get(name)(OptimCfg())(store, "a0", samples_of(store, [0.7] * 4))
+    stats = OPTIMIZERS.get(name)(TrainerCfg())(store, "a0", samples_of(store, [0.7] * 4))
     assert stats["loss"] == 0.0 and stats["grad_norm"] == 0.0
     assert delta(before, snapshot(store), "a0") == 0
 
@@ -178,14 +180,14 @@ def test_reinforce_pp_advantages_are_whitened_over_tokens():
 # ---- SFT ---------------------------------------------------------------------------------------------------------
 def test_sft_keeps_only_positive_rows(store):
     before = snapshot(store)
-    stats = OPTIMIZERS.get("sft")(OptimCfg())(store, "a0", samples_of(store, [1.0, 0.0, -1.0, 2.0]))
+    stats = OPTIMIZERS.get("sft")(TrainerCfg())(store, "a0", samples_of(store, [1.0, 0.0, -1.0, 2.0]))
     assert stats["rows"] == 2 and stats["skipped"] is False and stats["loss"] > 0
     assert delta(before, snapshot(store), "a0") > 0 and delta(before, snapshot(store), "a1") == 0
 
 
 def test_sft_all_non_positive_is_skipped(store):
     before = snapshot(store)
-    stats = OPTIMIZERS.get("sft")(OptimCfg())(store, "a0", samples_of(store, [0.0, -1.0, 0.0, -0.1]))
+    stats = OPTIMIZERS.get("sft")(TrainerCfg())(store, "a0", samples_of(store, [0.0, -1.0, 0.0, -0.1]))
     assert stats == {"loss": 0.0, "grad_norm": 0.0, "skipped": True, "rows": 0}
     assert delta(before, snapshot(store), "a0") == 0 and store.versions["a0"] == 0
 
@@ -226,11 +228,11 @@ def _fake_samples(prompts, rewards, groups=None):
 def test_grpo_groups_by_prompt_by_default():
     prompts = [[5, 6, 7], [5, 6, 7], [8, 9], [8, 9]]
     store = CaptureStore()
-    OPTIMIZERS.get("grpo")(OptimCfg())(store, "a", _fake_samples(prompts, [1.0, 1.0, 1.0, 0.0]))
+    OPTIMIZERS.get("grpo")(TrainerCfg())(store, "a", _fake_samples(prompts, [1.0, 1.0, 1.0, 0.0]))
     assert _sequence_adv(store.batches[0]) == pytest.approx([0.0, 0.0, 1.0, -1.0], abs=1e-6)
     # task_relative without groups normalises the whole batch as one group: rows 0, 1 get a signal
     store = CaptureStore()
-    OPTIMIZERS.get("task_relative")(OptimCfg())(store, "a", _fake_samples(prompts, [1.0, 1.0, 1.0, 0.0]))
+    OPTIMIZERS.get("task_relative")(TrainerCfg())(store, "a", _fake_samples(prompts, [1.0, 1.0, 1.0, 0.0]))
     s = math.sqrt(0.1875)
     assert _sequence_adv(store.batches[0]) == pytest.approx([0.25 / s] * 3 + [-0.75 / s], abs=1e-5)
 
@@ -238,14 +240,14 @@ def test_grpo_groups_by_prompt_by_default():
 def test_grpo_explicit_groups_override_prompt_groups():
     prompts = [[5, 6, 7], [5, 6, 7], [8, 9], [8, 9]]
     store = CaptureStore()
-    OPTIMIZERS.get("grpo")(OptimCfg())(store, "a", _fake_samples(prompts, [1.0, 0.0, 1.0, 0.0], ["g", "h", "g", "h"]))
+    OPTIMIZERS.get("grpo")(TrainerCfg())(store, "a", _fake_samples(prompts, [1.0, 0.0, 1.0, 0.0], ["g", "h", "g", "h"]))
     assert _sequence_adv(store.batches[0]) == pytest.approx([0.0] * 4, abs=1e-6)
 
 
 def test_sft_hands_only_positive_rows_to_the_store():
     prompts = [[5, 6], [7], [8, 9, 10], [11]]
     store = CaptureStore()
-    stats = OPTIMIZERS.get("sft")(OptimCfg())(store, "a", _fake_samples(prompts, [0.5, 0.0, 2.0, -3.0]))
+    stats = OPTIMIZERS.get("sft")(TrainerCfg())(store, "a", _fake_samples(prompts, [0.5, 0.0, 2.0, -3.0]))
     (batch,) = store.batches
     assert stats["rows"] == 2 and batch.input_ids.shape[0] == 2
     assert batch.input_ids[0, :2].tolist() == [5, 6] and batch.input_ids[1, :3].tolist() == [8, 9, 10]
@@ -276,7 +278,7 @@ def test_train_agents_updates_each_rewarded_agent_only(store):
     turns += [_turn("a1", "solver", p[0], c[0], None), _turn("a1", "solver", p[1], c[1], None)]  # masked: no update
     turns += [_turn("a2", "solver", p[2], c[2], 1.0), _turn("a2", "solver", p[3], c[3], 0.0)]
     before = snapshot(store)
-    stats = train_agents(store, OPTIMIZERS.get("reinforce_pp")(OptimCfg()),
+    stats = train_agents(store, OPTIMIZERS.get("reinforce_pp")(TrainerCfg()),
                          [Episode(Task("t", "math", "q", "1"), turns)], ["a0", "a1", "a2"])
     after = snapshot(store)
     assert set(stats) == {"a0", "a2"}

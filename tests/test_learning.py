@@ -10,7 +10,8 @@ import torch
 from selfevo.engines.hf import HFEngine
 from selfevo.interaction.episodes import Episode, Turn, rewarded_turns, turns_to_batch
 from selfevo.policy import LoraSettings, PolicyStore, SeqBatch
-from selfevo.optimizers import OPTIMIZERS, OptimCfg, Samples
+from selfevo.loop import TrainerCfg
+from selfevo.optimizers import OPTIMIZERS, Samples
 from selfevo.types import Request, SamplingParams, Task
 
 MODEL = "smollm2-135m-instruct"
@@ -46,8 +47,9 @@ def test_reinforce_pp_raises_held_out_reward():
                 for i, p in enumerate(TRAIN * 2)]
         turns = [Turn("agent", "solver", o, reward=float(o.token_ids[0] == target)) for o in engine.generate(reqs)]
         episode = Episode(Task("synthetic", "synthetic", "first token"), turns)
-        batch, rewards = turns_to_batch(rewarded_turns([episode], "agent"), store.backbones[MODEL].tokenizer.pad_token_id)
-        OPTIMIZERS.get("reinforce_pp")(OptimCfg())(store, "agent", Samples(batch, rewards))
+        pad = store.backbones[MODEL].tokenizer.pad_token_id
+        batch, rewards = turns_to_batch(rewarded_turns([episode], "agent"), pad)
+        OPTIMIZERS.get("reinforce_pp")(TrainerCfg())(store, "agent", Samples(batch, rewards))
     after = float(first_token_probs(store, "agent", HELD_OUT, engine)[:, target].mean())
     print(f"held-out P(target first token): {before:.3f} -> {after:.3f}")
     assert after > before + 0.15

@@ -14,9 +14,10 @@ from maestro_engine import ScriptEngine, script  # registers engine "maestro_scr
 
 from selfevo import cli
 from selfevo.algorithms.maestro import clpo_rows, span_mask
-from selfevo.protocols.maestro import STAGE2_STOP, MaestroProtocol, maestro_metrics, with_final
+from selfevo.protocols.maestro import STAGE2_STOP, MaestroProtocol, RoundsCfg, maestro_metrics, with_final
 from selfevo.interaction import Episode, Runner, Turn
-from selfevo.optimizers import OPTIMIZERS, OptimCfg, Samples
+from selfevo.loop import TrainerCfg
+from selfevo.optimizers import OPTIMIZERS, ClpoCfg, Samples
 from selfevo.optimizers.clpo import choice_advantages, slate_steps, slate_terms
 from selfevo.optimizers.objectives import entropy_from_logits
 from selfevo.policy import SeqBatch
@@ -41,9 +42,12 @@ def verdict(task, text):
     return verify(task, text)
 
 
-def run_protocol(tasks, answer=None, **kw):
+def run_protocol(tasks, answer=None, samples=0, sample_temperature=1.0, replay=None, **settings):
+    """The rounds with two base-model executors and K=2, R=2, ε=0 unless ``settings`` (RoundsCfg keys) say else."""
     engine = ScriptEngine(answer=answer)
-    proto = MaestroProtocol([None, None], "central", verdict, **{"k": 2, "rounds": 2, "epsilon": 0.0, **kw})
+    cfg = RoundsCfg(**{"k": 2, "rounds": 2, "epsilon": 0.0, **settings})
+    proto = MaestroProtocol(cfg, [None, None], "central", verdict, samples=samples,
+                            sample_temperature=sample_temperature, replay=replay)
     episodes = Runner(engine, SAMPLING, seed="s").run([Episode(t) for t in tasks], proto.program)
     return engine, episodes
 
@@ -105,12 +109,12 @@ def test_parse_failures_are_recorded_never_candidate_one():
 
 
 def test_central_gen_and_self_consistency_modes():
-    engine, episodes = run_protocol([add_task(1)], mode="gen")
+    engine, episodes = run_protocol([add_task(1)], central_mode="gen")
     assert [len(c) for c in engine.calls] == [4, 1, 4, 1]
     rec = episodes[0].meta["rounds"][0]
     assert rec["chosen"] is None and rec["parsed"] and rec["chosen_correct"] == (rec["central_final"] == "4")
     assert "write your own complete solution" in engine.calls[1][0].messages[-1]["content"]
-    engine, episodes = run_protocol([add_task(1)], mode="gen_sc", sc_samples=5)
+    engine, episodes = run_protocol([add_task(1)], central_mode="gen_sc", sc_samples=5)
     assert [len(c) for c in engine.calls] == [4, 5, 4, 5]
     rec = episodes[0].meta["rounds"][-1]
     answers = [re.search(r"boxed\{(\d)\}", t.text).group(1) for t in episodes[0].turns[-5:]]
@@ -174,8 +178,8 @@ def chain_answer(picks: dict):
 def test_chained_selection_asks_both_stages_and_records_failures():
     tasks = [add_task(i) for i in range(3)]
     # task 0 picks displayed candidate 2 (the engine cuts "2\nFinal" at the stop "\n"); task 1: 9 of 4; task 2: none
-    engine, episodes = run_protocol(tasks, chain_answer({0: "2\nFinal", 1: "9", 2: "none"}), chain=True, samples=2,
-                                    reason_tokens=5)
+    engine, episodes = run_protocol(tasks, chain_answer({0: "2\nFinal", 1: "9", 2: "none"}), central_chain=True,
+                                    samples=2, reason_tokens=5)
     assert [len(c) for c in engine.calls] == [12, 9, 9, 12, 9, 9]  # per round: candidates, rationales, numbers
     for stage1, stage2 in ((engine.calls[1], engine.calls[2]), (engine.calls[4], engine.calls[5])):
         assert {(r.prefix, r.sampling.stop, r.sampling.max_new_tokens) for r in stage1} == {("Reason:", ("Chosen",), 5)}
@@ -377,7 +381,8 @@ def snapshot(store):
 def test_clpo_trains_only_the_central_adapter_and_reports_eq8(make_store):
     store = make_store(agents=("central", "other"), micro_batch=2)
     samples = clpo_samples(store)
-    opt = OPTIMIZERS.get("clpo")(OptimCfg(kl_coef=0.1, kl_estimator="k3"), lambda_rank=0.5, lambda_ent=0.01)
+    opt = OPTIMIZERS.get("clpo")(TrainerCfg(kl_coef=0.1, kl_estimator="k3"), ClpoCfg(lambda_rank=0.5,
+                                                                                       lambda_ent=0.01))
     before = snapshot(store)
     with torch.no_grad():
         logp, ent = store.token_logprobs("central", samples.batch, entropy=True)
@@ -402,14 +407,16 @@ def test_clpo_trains_only_the_central_adapter_and_reports_eq8(make_store):
 def test_clpo_ablation_switches_and_defaults(make_store):
     store = make_store(agents=("central",), micro_batch=4)
     samples = clpo_samples(store)
-    no_choice = OPTIMIZERS.get("clpo")(OptimCfg(), choice=False, lambda_ent=0.0)(store, "central", samples)
+    no_choice = OPTIMIZERS.get("clpo")(TrainerCfg(), ClpoCfg(choice=False, lambda_rank=1.0, lambda_ent=0.0))(
+        store, "central", samples)
     assert no_choice["loss"] == pytest.approx(1.0 * no_choice["rank"], rel=1e-5)
-    no_rank = OPTIMIZERS.get("clpo")(OptimCfg(), rank=False, lambda_ent=0.0)(store, "central", samples)
+    no_rank = OPTIMIZERS.get("clpo")(TrainerCfg(), ClpoCfg(rank=False, lambda_ent=0.0))(store, "central",
+                                                                                          samples)
     assert no_rank["loss"] == pytest.approx(no_rank["choice"], rel=1e-5)
     # plain samples (no masks): every completion token is a decision token, no rationale, groups by prompt
     plain = Samples(SeqBatch(samples.batch.input_ids, samples.batch.attention_mask, samples.batch.loss_mask),
                     samples.rewards)
-    stats = OPTIMIZERS.get("clpo")(OptimCfg(epochs=2, train_batch=2))(store, "central", plain)
+    stats = OPTIMIZERS.get("clpo")(TrainerCfg(epochs=2, train_batch=2))(store, "central", plain)
     assert stats["rank"] == 0.0 and stats["optimizer_steps"] == 4 and stats["slates"] == 2
 
 
@@ -555,11 +562,11 @@ def test_trainable_executors_and_ablation_config(tmp_path, capsys):
     [m] = lines(out / "metrics.jsonl")
     assert set(m["train"]) == {"central", "exec0", "exec1"} and "executor_accuracy" in m
     assert (out / "adapters" / "final" / "exec1" / "adapter_config.json").exists()
-    for bad, message in ((["protocol.central=gen"], "has no selection to train"),
+    for bad, message in ((["protocol.central_mode=gen"], "has no selection to train"),
                          (["clpo.choice=false", "clpo.rank=false"], "CLPO would train nothing")):
         assert cli.main(args(tmp_path, tmp_path / "x", "--dry-run", *bad)) == 2
         assert message in capsys.readouterr().err
-    assert cli.main(args(tmp_path, tmp_path / "g", "trainer.max_steps=1", "protocol.central=gen_sc",
+    assert cli.main(args(tmp_path, tmp_path / "g", "trainer.max_steps=1", "protocol.central_mode=gen_sc",
                          "trainer.optimizer=none", "protocol.view=reason", "protocol.rounds=1")) == 0
 
 
@@ -571,11 +578,11 @@ def test_eval_loads_the_central_adapter(tmp_path, make_store, capsys):
 
     store = make_store(agents=("c",))
     store.save_adapter("c", tmp_path / "central")
-    argv = ["benchmark=gsm8k", "setup=maestro_select", "model=tiny-random", "limit=2", "max_new_tokens=8",
-            f"output_dir={tmp_path / 'eval'}", f"data_root={DATA}", "rounds=1", "n_agents=2", "k=2",
-            f"central_adapter={tmp_path / 'central'}"]
+    argv = ["benchmark=gsm8k", "setup=maestro_select", "model.backbones=tiny-random", "limit=2",
+            "sampling.max_new_tokens=8", f"output_dir={tmp_path / 'eval'}", f"data_root={DATA}", "rounds=1",
+            "n_agents=2", "k=2", f"central_adapter={tmp_path / 'central'}"]
     fresh = PolicyStore(dtype="float32")
-    [record] = evaluation.run_eval(evaluation.parse_args(argv), store=fresh, engine=ScriptEngine(fresh),
+    [record] = evaluation.run_eval(*evaluation.load_eval_config(argv), store=fresh, engine=ScriptEngine(fresh),
                                    show_progress=False)
     assert record["agents"] == [None, None, "central"] and record["central_adapter"] == str(tmp_path / "central")
     calls = ScriptEngine.calls

@@ -103,12 +103,17 @@ def test_registry_and_defaults():
 
 def test_bad_options_are_one_line_errors():
     engine = ScriptedEngine(lambda r: "")
-    with pytest.raises(SetupError, match="no option 'kk' \\(did you mean 'k'\\?\\)"):
+    with pytest.raises(SetupError, match="setup 'consistency': unknown config key 'kk' in its options; did you "
+                                         "mean 'k'\\?"):
         make_setup("consistency", engine, SAMPLING, kk=3)
-    with pytest.raises(SetupError, match="aggregate must be 'vote' or 'llm'"):
+    with pytest.raises(SetupError, match="setup 'debate': aggregate must be vote or llm; got 'mean'"):
         make_setup("debate", engine, SAMPLING, aggregate="mean")
-    with pytest.raises(SetupError, match="must be an integer"):
+    with pytest.raises(SetupError, match="rounds must be an integer"):
         make_setup("maestro_select", engine, SAMPLING, rounds="two")
+    with pytest.raises(SetupError, match="epsilon must be in \\[0, 1\\], got 2.0"):
+        make_setup("maestro_select", engine, SAMPLING, epsilon=2)
+    with pytest.raises(SetupError, match="central_agent 3 is not an index into the 1 agent"):
+        make_setup("maestro_select", engine, SAMPLING, central_agent=3)
     assert make_setup("maestro_select", engine, SAMPLING, rounds="2", epsilon="0").opts.rounds == 2
     with pytest.raises(KeyError, match="unknown setup 'debat' \\(did you mean 'debate'\\?\\)"):
         make_setup("debat", engine, SAMPLING)
@@ -448,3 +453,18 @@ def test_turn_records_keep_the_items_schema():
     fallback = run.results[0].info["rounds"][0]["order"][0]  # unparsable: no choice, the first shown is output
     assert records[2]["meta"] == {"chosen": None, "shown": None, "output": fallback, "parsed": False}
     assert records[0]["meta"]["agent_index"] == 0
+
+
+def test_continuous_false_sends_one_engine_call_per_wave():
+    """``engine.continuous=false`` reaches a setup's runner: an engine that can stream gets plain generate calls."""
+
+    class StreamingEngine(ScriptedEngine):
+        def stream(self, source):
+            raise AssertionError("continuous=False must not stream")
+
+    tasks = [math_task("t1", "What is 1 + 0?", "1"), math_task("t2", "What is 0 + 1?", "1")]
+    engine = StreamingEngine(lambda r: "The answer is \\boxed{1}")
+    run = make_setup("debate", engine, SAMPLING, continuous=False, n_agents=2, rounds=2).run(tasks)
+    assert run.steps == 2 and [len(c) for c in engine.calls] == [4, 4]
+    with pytest.raises(AssertionError, match="must not stream"):
+        make_setup("vanilla", StreamingEngine(lambda r: ""), SAMPLING).run(tasks)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from selfevo.stats import paired_difference, wilson  # noqa: E402
 
 BENCH = "arith"
-EVAL = ["setup=vanilla", "max_new_tokens=256", "temperature=0"]
+EVAL = ["setup=vanilla", "sampling.max_new_tokens=256", "sampling.temperature=0"]
 AGENTS = {"comas": ["agent0"], "sage": ["sage"], "grpo": ["agent0"]}  # CoMAS: agent 0 (its agents are symmetric)
 # the training command of each method (output_dir appended); grpo: the compose_rewards example as a plain GRPO
 # baseline with the verifier reward alone (its answers think inside <think></think>, 4 samples per task)

@@ -16,12 +16,16 @@ step, and held-out accuracy) and ``summary.json`` into --out.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from selfevo.protocols.maestro import RoundsCfg  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (as_runs, average, fmt_ci, mean_ci, per_seed, plot_bands, quarter, seconds_per_step,  # noqa: E402
@@ -35,8 +39,8 @@ VARIANTS = {
     "clpo": [],
     "clpo_no_choice": ["clpo.choice=false"],
     "clpo_no_rank": ["clpo.rank=false"],
-    "central_gen": ["protocol.central=gen", *PROMPT_ONLY],
-    "central_gen_sc": ["protocol.central=gen_sc", *PROMPT_ONLY],
+    "central_gen": ["protocol.central_mode=gen", *PROMPT_ONLY],
+    "central_gen_sc": ["protocol.central_mode=gen_sc", *PROMPT_ONLY],
     "view_reason": ["protocol.view=reason", *PROMPT_ONLY],
     "view_answer": ["protocol.view=answer", *PROMPT_ONLY],
 }
@@ -49,15 +53,12 @@ def held_out(run: Path, limit: int) -> dict | None:
     result = out / "gsm8k-maestro_select" / "results.json"
     if limit and not result.exists():
         cfg = yaml.safe_load((run / "config.yaml").read_text())
-        p, s = cfg["protocol"], cfg["sampling"]
-        argv = ["benchmark=gsm8k", "setup=maestro_select", f"limit={limit}", f"model={cfg['model']['backbones'][0]}",
-                f"dtype={cfg['model']['dtype']}", f"output_dir={out}", f"seed={cfg['seed']}",
-                f"max_new_tokens={s['max_new_tokens']}", f"temperature={s['temperature']}", f"top_p={s['top_p']}",
-                f"n_agents={cfg['agents']}", f"k={p['k']}", f"rounds={p['rounds']}", f"epsilon={p['epsilon']}",
-                f"central_mode={p['central']}", f"sc_samples={p['sc_samples']}", f"view={p['view']}",
-                f"central_prefix={p['central_prefix']}", f"central_chain={str(p['central_chain']).lower()}",
-                f"reason_tokens={p['reason_tokens']}",
-                f"candidate_chars={p['candidate_chars'] if p['candidate_chars'] is not None else 'null'}"]
+        p = cfg["protocol"]
+        argv = ["benchmark=gsm8k", "setup=maestro_select", f"limit={limit}", f"output_dir={out}",
+                f"seed={cfg['seed']}", f"n_agents={cfg['agents']}",
+                *(f"model.{k}={json.dumps(cfg['model'][k])}" for k in ("backbones", "dtype")),
+                *(f"sampling.{k}={json.dumps(v)}" for k, v in cfg["sampling"].items()),
+                *(f"{f.name}={json.dumps(p[f.name])}" for f in dataclasses.fields(RoundsCfg))]  # the rounds' keys
         if cfg["trainer"]["optimizer"] != "none":
             argv.append(f"central_adapter={run / 'adapters' / 'final' / 'central'}")
         cmd = [sys.executable, "-m", "selfevo.cli", "eval", *argv]

@@ -37,7 +37,8 @@ CURVES = ("coverage", "identification", "accuracy", "select_parse_failure_rate")
 # (selfevo run maestro key, selfevo eval setup key, value)
 PROTOCOL = (("agents", "n_agents", 2), ("protocol.k", "k", 2), ("protocol.rounds", "rounds", 1),
             ("protocol.central_chain", "central_chain", "true"), ("protocol.candidate_chars", "candidate_chars", 400),
-            ("sampling.max_new_tokens", "max_new_tokens", 128), ("sampling.temperature", "temperature", 0.7),
+            ("sampling.max_new_tokens", "sampling.max_new_tokens", 128),
+            ("sampling.temperature", "sampling.temperature", 0.7),
             ("seed", "seed", 0))
 
 
@@ -51,7 +52,7 @@ def evaluate(out: Path, args, extra: list[str]) -> dict:
     result = out / f"{args.benchmark}-maestro_select" / "results.json"
     if not result.exists():
         run([sys.executable, "-m", "selfevo.cli", "eval", f"benchmark={args.benchmark}", "setup=maestro_select",
-             f"limit={args.n}", f"output_dir={out}", f"max_batch={args.eval_max_batch}",
+             f"limit={args.n}", f"output_dir={out}", f"engine.max_batch={args.eval_max_batch}",
              *[f"{e}={v}" for _, e, v in PROTOCOL], *extra])
     return json.loads(result.read_text())
 

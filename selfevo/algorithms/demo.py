@@ -19,6 +19,7 @@ import torch
 from selfevo.loop import build
 from selfevo.config import (ConfigError, EngineCfg, ModelCfg, SamplingCfg, check_sampling_fits_engine, opt,
                             save_config)
+from selfevo.engines import build_engine
 from selfevo.types import Request
 
 
@@ -63,7 +64,7 @@ def main(cfg) -> dict:
     build.add_agents(store, names, list(cfg.model.backbones))
     if cfg.adapter_init_std > 0:
         perturb_adapters(store, cfg.adapter_init_std)
-    engine = build.engine(cfg.engine, store, cfg.model.dtype, workdir=str(Path(cfg.output_dir) / "engine"))
+    engine = build_engine(cfg.engine, store, cfg.model.dtype, workdir=str(Path(cfg.output_dir) / "engine"))
     sp = build.sampling(cfg.sampling)
     requests = [Request(agent=a, messages=[{"role": "user", "content": q}], sampling=sp, seed=cfg.seed + i)
                 for i, (q, a) in enumerate((q, a) for q in cfg.questions for a in names)]

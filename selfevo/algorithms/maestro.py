@@ -31,10 +31,10 @@ from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, Turn
 from selfevo.loop import DataCfg, EvalCfg, Loop, Phase, RunCfg, TrainerCfg, Update
 from selfevo.loop.metrics import mean
-from selfevo.optimizers import OPTIMIZERS
-from selfevo.protocols.maestro import MODES, MaestroProtocol, maestro_metrics
+from selfevo.optimizers import OPTIMIZERS, ClpoCfg
+from selfevo.protocols.maestro import MaestroProtocol, RoundsCfg, maestro_metrics
 from selfevo.rewards import build_sources, labelled, weighted_sum
-from selfevo.roles.maestro import VIEWS, central_spans
+from selfevo.roles.maestro import central_spans
 from selfevo.tasks import load_tasks
 from selfevo.types import Task
 from selfevo.verifiers import verify
@@ -42,38 +42,13 @@ from selfevo.verifiers import verify
 
 # ---- config -----------------------------------------------------------------------------------------------------
 @dataclass
-class MaestroProtocolCfg:
-    k: int = opt(3, "K: candidates each execution agent samples per round", ge=1)
-    rounds: int = opt(3, "R: rounds of exploration → selection → broadcast per question", ge=1)
-    epsilon: float = opt(0.1, "ε: chance that a candidate of round ≥ 2 uses the base prompt (Sec. 3.2)", ge=0, le=1)
-    central: str = opt("select", "convergence: select (MAESTRO) | gen (Central-Gen) | gen_sc (Central-Gen+SC)",
-                       choices=MODES)
-    sc_samples: int = opt(3, "Central-Gen+SC: central answers voted on", ge=1)
-    view: str = opt("both", "what the central agent sees of each candidate (Fig. 3)", choices=VIEWS)
+class MaestroProtocolCfg(RoundsCfg):
     central_samples: int = opt(4, "G: sampled central outputs per slate for training (CLPO's list, GRPO's group)",
                                ge=1)
     sample_temperature: float = opt(1.0, "temperature of the G training samples (the broadcast is greedy)", gt=0)
-    central_prefix: str = opt("", "start central answers with this (small models: 'Reason:'); '' = paper")
-    central_chain: bool = opt(False, "small models: the selection in two stages, rationale then 'Chosen: Candidate "
-                                     "k' (given up to k); Final is the chosen candidate's answer (see the docs); "
-                                     "Central-Select only (central=gen|gen_sc write no selection)")
-    reason_tokens: int = opt(48, "central_chain: token limit of the rationale stage", ge=1)
     central_max_new_tokens: int = opt(0, "token limit of central answers (0: sampling.max_new_tokens)", ge=0)
-    justification_chars: int = opt(300, "the broadcast's justification: its first this-many characters", ge=1)
-    history_chars: int = opt(1500, "each earlier solution an agent sees again: its last this-many characters", ge=1)
-    candidate_chars: int | None = opt(None, "each candidate the central agent sees: its last this-many characters "
-                                            "(null: whole)", ge=1)
-    shuffle_slate: bool = opt(True, "show the slate in a seeded random order (else agent-major)")
     train_executors: bool = opt(False, "also train the execution agents (GRPO on their candidates' verifier reward; "
                                        "paper: frozen)")
-
-
-@dataclass
-class ClpoCfg:
-    lambda_rank: float = opt(0.5, "λ_rank: weight of L_rank (App. C.1 tunes it over 0.1, 0.5, 0.8, 1.0)", ge=0)
-    lambda_ent: float = opt(0.01, "λ_ent: entropy bonus (App. C.1: 0.01); λ_kl is trainer.kl_coef", ge=0)
-    choice: bool = opt(True, "use L_choice (false: the w/o L_choice ablation)")
-    rank: bool = opt(True, "use L_rank (false: the w/o L_rank ablation)")
 
 
 @dataclass
@@ -103,8 +78,8 @@ class Config(RunCfg):
 
     @staticmethod
     def check(cfg) -> None:
-        if cfg.protocol.central != "select" and cfg.trainer.optimizer != "none":
-            raise ConfigError(f"protocol.central={cfg.protocol.central} has no selection to train: use "
+        if cfg.protocol.central_mode != "select" and cfg.trainer.optimizer != "none":
+            raise ConfigError(f"protocol.central_mode={cfg.protocol.central_mode} has no selection to train: use "
                               f"trainer.optimizer=none (got {cfg.trainer.optimizer})")
         if cfg.trainer.optimizer == "clpo" and not (cfg.clpo.choice or cfg.clpo.rank):
             raise ConfigError("clpo.choice and clpo.rank are both false: CLPO would train nothing but KL/entropy")
@@ -112,15 +87,11 @@ class Config(RunCfg):
 
 # ---- the protocol of a step, CLPO's masks ----------------------------------------------------------------------
 def make_protocol(cfg, executors: list, step: int | str, verdict, samples: int) -> MaestroProtocol:
-    """The MAESTRO rounds of ``step`` (request seeds keyed by run seed and step), the central agent ``central``."""
+    """The MAESTRO rounds of the ``protocol`` section at ``step`` (request seeds keyed by run seed and step), the
+    central agent ``central``, ``samples`` training outputs per slate."""
     p = cfg.protocol
-    return MaestroProtocol(executors, "central", verdict, k=p.k, rounds=p.rounds, epsilon=p.epsilon,
-                           seed=f"{cfg.seed}/{step}", mode=p.central, view=p.view, central_prefix=p.central_prefix,
-                           central_max_new_tokens=p.central_max_new_tokens, samples=samples,
-                           sample_temperature=p.sample_temperature, sc_samples=p.sc_samples,
-                           justification_chars=p.justification_chars, history_chars=p.history_chars,
-                           candidate_chars=p.candidate_chars, shuffle_slate=p.shuffle_slate, chain=p.central_chain,
-                           reason_tokens=p.reason_tokens)
+    return MaestroProtocol(p, executors, "central", verdict, seed=f"{cfg.seed}/{step}", samples=samples,
+                           sample_temperature=p.sample_temperature, central_max_new_tokens=p.central_max_new_tokens)
 
 
 def cached_verdict():
@@ -174,7 +145,7 @@ def step_of(loop: Loop, step: int, tasks: list[Task], executors: list, reward) -
     updates = [Update(agents=["central"], group_by=slate, keep_together=slate,
                       extras=clpo_rows(tok) if cfg.trainer.optimizer == "clpo" else None)]
     if trained := [a for a in executors if a is not None]:
-        updates.append(Update(agents=trained, optimizer=OPTIMIZERS.get("grpo")(loop.optim_cfg)))
+        updates.append(Update(agents=trained, optimizer=OPTIMIZERS.get("grpo")(cfg.trainer)))
 
     def metrics(episodes: list[Episode]) -> dict:
         sampled = [t.reward for e in episodes for t in e.turns if t.role == "central_sample"]
@@ -198,10 +169,9 @@ def reward_source(cfg):
 
 
 def main(cfg) -> None:
-    n, c, d = cfg.agents, cfg.clpo, cfg.data
+    n, d = cfg.agents, cfg.data
     executors = [f"exec{i}" for i in range(n)] if cfg.protocol.train_executors else [None] * n
-    options = ({"lambda_rank": c.lambda_rank, "lambda_ent": c.lambda_ent, "choice": c.choice, "rank": c.rank}
-               if cfg.trainer.optimizer == "clpo" else None)
+    options = {"clpo": cfg.clpo} if cfg.trainer.optimizer == "clpo" else None
     with Loop(cfg, agents=["central", *[a for a in executors if a]], optimizer_options=options) as loop:
         tasks = loop.tasks(lambda: load_tasks("gsm8k", "train", data_root=d.data_root, source=d.source))
         reward = reward_source(cfg)

@@ -7,9 +7,17 @@ from selfevo.engines.vllm_server import VLLMServerEngine
 
 
 def make_engine(name: str, store, **kwargs) -> Engine:
-    """Build the engine registered as ``name`` over a :class:`~selfevo.policy.PolicyStore`."""
+    """Build the engine registered as ``name`` over a :class:`~selfevo.policy.PolicyStore` from keyword
+    arguments (code that builds an engine by hand)."""
     return ENGINES.get(name)(store, **kwargs)
 
 
-__all__ = ["ENGINES", "Engine", "EngineError", "HFEngine", "VLLMEngine", "VLLMServerEngine", "make_engine",
-           "render_prompt"]
+def build_engine(section, store, dtype: str, workdir: str | None = None) -> Engine:
+    """The engine of an ``engine`` config section (:class:`~selfevo.config.EngineCfg`: ``selfevo run`` and
+    ``selfevo eval``) over ``store``: the class registered as ``section.name`` reads the fields it takes
+    (``from_config``); ``dtype`` is the model's, ``workdir`` where it may write (adapters, server logs)."""
+    return ENGINES.get(section.name).from_config(section, store, dtype, workdir)
+
+
+__all__ = ["ENGINES", "Engine", "EngineError", "HFEngine", "VLLMEngine", "VLLMServerEngine", "build_engine",
+           "make_engine", "render_prompt"]

@@ -4,6 +4,10 @@ An engine turns a list of :class:`~selfevo.types.Request` into a list of :class:
 order), serving each request with its agent's current adapter. ``sync_adapter(agent, store)`` tells the engine that
 the agent's weights changed: the next ``generate`` must serve the new version, never a stale one. An engine that
 batches continuously also has ``stream(source)`` (see :class:`RequestSource`).
+
+Every registered engine is built from the ``engine`` config section (:class:`~selfevo.config.EngineCfg`) by its
+classmethod ``from_config(section, store, dtype, workdir)``, which reads the section fields it uses;
+:func:`selfevo.engines.build_engine` picks the class by ``section.name``.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from selfevo.registry import Registry
 from selfevo.types import Completion, Request
 
 ENGINES: Registry = Registry("engine")
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 
 
 class EngineError(SelfevoError, RuntimeError):
@@ -21,6 +26,9 @@ class EngineError(SelfevoError, RuntimeError):
 
 
 class Engine(Protocol):
+    @classmethod
+    def from_config(cls, section, store, dtype: str, workdir: str | None = None) -> "Engine": ...
+
     def generate(self, requests: Sequence[Request]) -> list[Completion]: ...
 
     def sync_adapter(self, agent: str) -> None: ...
@@ -39,6 +47,14 @@ class RequestSource(Protocol):
     def take(self) -> list[tuple[Hashable, Request]]: ...
 
     def done(self, key: Hashable, completion: Completion) -> None: ...
+
+
+def vllm_lora_rank(store) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that fits every agent's adapter (the store's LoRA rank when it
+    has no agent yet)."""
+    ranks = [store.backbones[store.agent_backbone[a]].model.peft_config[a].r for a in store.agents()]
+    rank = max(ranks or [store.lora.r])
+    return next(v for v in VLLM_LORA_RANKS if v >= rank)
 
 
 def render_prompt(tokenizer, messages: list[dict[str, str]], prefix: str = "") -> list[int]:

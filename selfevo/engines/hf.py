@@ -120,6 +120,11 @@ class HFEngine:
         self.join_every = join_every
         self.counters = {"decode_steps": 0, "decode_rows": 0, "prefill_tokens": 0}
 
+    @classmethod
+    def from_config(cls, section, store, dtype: str, workdir: str | None = None) -> "HFEngine":
+        """``engine.name=hf``: ``engine.max_batch`` (the dtype is the store's; no work folder)."""
+        return cls(store, max_batch=section.max_batch)
+
     def sync_adapter(self, agent: str) -> None:
         """Nothing to do: the engine reads the store's live tensors at every ``generate``."""
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from selfevo import models
-from selfevo.engines.base import ENGINES, render_prompt
+from selfevo.engines.base import ENGINES, render_prompt, vllm_lora_rank
 from selfevo.types import Completion, Request
 
 BASE_ADAPTER = "__base__"
@@ -54,6 +54,12 @@ class VLLMEngine:
         self.served: dict[str, tuple[int, object]] = {}  # agent -> (store version, LoRARequest)
         self.zero: dict[str, object] = {}  # backbone -> all-zero LoRARequest
         self._ids = itertools.count(1)
+
+    @classmethod
+    def from_config(cls, section, store, dtype: str, workdir: str | None = None) -> "VLLMEngine":
+        """``engine.name=vllm``: ``engine.max_loras``, ``engine.max_model_len``; the LoRA rank from the store."""
+        return cls(store, workdir=workdir, dtype=dtype, max_loras=section.max_loras,
+                   max_lora_rank=vllm_lora_rank(store), max_model_len=section.max_model_len)
 
     def _llm(self, backbone: str):
         if backbone not in self.llms:

@@ -67,7 +67,7 @@ from typing import Sequence
 import torch
 
 from selfevo import models
-from selfevo.engines.base import ENGINES, EngineError, render_prompt
+from selfevo.engines.base import ENGINES, EngineError, render_prompt, vllm_lora_rank
 from selfevo.engines.vllm import cpu_defaults, require_vllm
 from selfevo.types import Completion, Request
 
@@ -279,6 +279,16 @@ class VLLMServerEngine:
             settings = dict(dtype=dtype, max_loras=max_loras, max_lora_rank=max_lora_rank,
                             max_model_len=max_model_len, seed=seed)
             self._start(replicas, settings, server_args, launcher)
+
+    @classmethod
+    def from_config(cls, section, store, dtype: str, workdir: str | None = None) -> "VLLMServerEngine":
+        """``engine.name=vllm_server``: ``engine.url`` (or the servers to start: ``replicas``, ``server_args``,
+        ``launcher``, ``startup_timeout``, ``restarts``), ``max_loras``, ``max_model_len``, ``request_timeout``;
+        the LoRA rank from the store."""
+        return cls(store, url=section.url, workdir=workdir, dtype=dtype, max_loras=section.max_loras,
+                   max_lora_rank=vllm_lora_rank(store), max_model_len=section.max_model_len, replicas=section.replicas,
+                   startup_timeout=section.startup_timeout, request_timeout=section.request_timeout,
+                   server_args=section.server_args, launcher=section.launcher, restarts=section.restarts)
 
     def __enter__(self) -> "VLLMServerEngine":
         return self

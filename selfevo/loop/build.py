@@ -8,7 +8,6 @@ import torch
 from omegaconf import DictConfig
 
 from selfevo.config import ConfigError
-from selfevo.engines import make_engine
 from selfevo.models import resolve_device
 from selfevo.policy import LoraSettings, PolicyStore
 from selfevo.types import SamplingParams
@@ -35,25 +34,6 @@ def add_agents(store: PolicyStore, names: list[str], backbones: list[str]) -> No
     """Agent i gets ``backbones[i % len(backbones)]``: several backbones = heterogeneous agents."""
     for i, name in enumerate(names):
         store.add_agent(name, backbones[i % len(backbones)])
-
-
-def engine(cfg: DictConfig, store: PolicyStore, dtype: str, workdir: str | None = None):
-    if cfg.name == "hf":
-        return make_engine("hf", store, max_batch=cfg.max_batch)
-    if cfg.name == "vllm_server":
-        return make_engine("vllm_server", store, url=cfg.url, dtype=dtype, max_loras=cfg.max_loras,
-                           max_model_len=cfg.max_model_len, max_lora_rank=_vllm_rank(store), replicas=cfg.replicas,
-                           startup_timeout=cfg.startup_timeout, request_timeout=cfg.request_timeout,
-                           server_args=cfg.server_args, launcher=cfg.launcher,
-                           restarts=cfg.restarts, workdir=workdir)
-    return make_engine(cfg.name, store, dtype=dtype, max_loras=cfg.max_loras, max_model_len=cfg.max_model_len,
-                       max_lora_rank=_vllm_rank(store), workdir=workdir)
-
-
-def _vllm_rank(store: PolicyStore) -> int:
-    """vLLM accepts only some max_lora_rank values; take the smallest that fits every adapter."""
-    r = store.lora.r
-    return next(v for v in (8, 16, 32, 64, 128, 256, 320, 512) if v >= r)
 
 
 def sampling(cfg: DictConfig) -> SamplingParams:

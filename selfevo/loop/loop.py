@@ -46,14 +46,14 @@ from tqdm import tqdm
 
 from selfevo import distributed
 from selfevo.config import save_config
-from selfevo.engines.base import EngineError
+from selfevo.engines import EngineError, build_engine
 from selfevo.interaction import Ask, Episode, Runner, Turn
 from selfevo.loop import build, checkpoint
 from selfevo.loop.data import load_entries, task_batch
 from selfevo.loop.memory import release_freed_memory
 from selfevo.loop.metrics import turn_metrics
 from selfevo.loop.scalars import ScalarLog
-from selfevo.optimizers import OPTIMIZERS, OptimCfg, train_agents
+from selfevo.optimizers import OPTIMIZERS, train_agents
 from selfevo.optimizers.schedule import lr_at
 from selfevo.rewards import assign
 from selfevo.tasks import format_prompt
@@ -126,10 +126,8 @@ class Loop:
             record_launch(self.dir)
         world = distributed.world_size()
         workdir = self.dir / ("engine" if world == 1 else f"engine-rank{distributed.rank()}")
-        self.engine = build.engine(cfg.engine, self.store, cfg.model.dtype, workdir=str(workdir))
-        self.optim_cfg = OptimCfg(kl_coef=t.kl_coef, kl_estimator=t.kl_estimator, kl_in_reward=t.kl_in_reward,
-                                  clip_eps=t.clip_eps, train_batch=t.train_batch, epochs=t.epochs)
-        self.optimizer = OPTIMIZERS.get(t.optimizer)(self.optim_cfg, **(optimizer_options or {}))
+        self.engine = build_engine(cfg.engine, self.store, cfg.model.dtype, workdir=str(workdir))
+        self.optimizer = OPTIMIZERS.get(t.optimizer)(t, **(optimizer_options or {}))
         self.sampling = build.sampling(cfg.sampling)
         self.scalars = ScalarLog(self.dir, cfg.log.tensorboard and self.main, cfg.log.wandb and self.main,
                                  cfg.log.wandb_project, OmegaConf.to_container(cfg))

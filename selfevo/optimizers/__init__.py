@@ -1,10 +1,11 @@
-"""Optimizers: one registry, one signature — ``OPTIMIZERS.get(name)(OptimCfg(...))`` gives
-``optimizer(store, agent, samples) -> stats``. Registered: ``reinforce_pp`` (CoMAS), ``task_relative`` (SAGE),
-``grpo``, ``sft``, ``clpo`` (MAESTRO, :mod:`~selfevo.optimizers.clpo`) and ``none`` (no update: prompt-only
-baselines). The math is pure functions in :mod:`~selfevo.optimizers.objectives`."""
+"""Optimizers: one registry, one signature — ``OPTIMIZERS.get(name)(trainer)`` (the run's trainer section,
+:class:`~selfevo.loop.TrainerCfg`) gives ``optimizer(store, agent, samples) -> stats``. Registered:
+``reinforce_pp`` (CoMAS), ``task_relative`` (SAGE), ``grpo``, ``sft``, ``clpo`` (MAESTRO,
+:mod:`~selfevo.optimizers.clpo`; also takes its ``clpo`` section) and ``none`` (no update: prompt-only baselines).
+The math is pure functions in :mod:`~selfevo.optimizers.objectives`."""
 from selfevo.optimizers import clpo, policy_gradient, sft  # noqa: F401  (registers the optimizers)
-from selfevo.optimizers.base import (OPTIMIZERS, OptimCfg, Optimizer, Samples, policy_step, reference_logprobs,
-                                     score, train_agents)
+from selfevo.optimizers.base import OPTIMIZERS, Optimizer, Samples, policy_step, reference_logprobs, score, train_agents
+from selfevo.optimizers.clpo import ClpoCfg
 
-__all__ = ["OPTIMIZERS", "OptimCfg", "Optimizer", "Samples", "policy_step", "reference_logprobs", "score",
+__all__ = ["OPTIMIZERS", "ClpoCfg", "Optimizer", "Samples", "policy_step", "reference_logprobs", "score",
            "train_agents"]

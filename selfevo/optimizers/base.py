@@ -1,7 +1,9 @@
-"""What every optimizer shares: its settings, the samples it trains on, the registry, and the clipped step.
+"""What every optimizer shares: the samples it trains on, the registry, and the clipped step.
 
-An optimizer is a callable ``optimizer(store, agent, samples) -> stats`` built from an :class:`OptimCfg` by its
-registered factory (``OPTIMIZERS.get("reinforce_pp")(cfg)``). It turns rewards into advantages (pure functions in
+An optimizer is a callable ``optimizer(store, agent, samples) -> stats`` built by its registered factory from the
+run's trainer section (:class:`~selfevo.loop.TrainerCfg`, e.g. ``OPTIMIZERS.get("reinforce_pp")(cfg.trainer)``; a
+test builds one as ``TrainerCfg(kl_coef=0.1)``), of which it reads ``kl_coef``, ``kl_estimator``,
+``kl_in_reward``, ``clip_eps``, ``train_batch`` and ``epochs``. It turns rewards into advantages (pure functions in
 :mod:`selfevo.optimizers.objectives`) and runs ``PolicyStore.step``; learning rate, micro-batch size and gradient
 clipping belong to the store (``PolicyStore(lr=, micro_batch=, max_grad_norm=)``), not to the optimizer.
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Sequence
 
 import torch
 
@@ -23,21 +25,15 @@ from selfevo.optimizers.objectives import count_tokens, kl_loss, masked_mean, pp
 from selfevo.policy import PolicyStore, SeqBatch
 from selfevo.registry import Registry
 
+if TYPE_CHECKING:  # the loop package imports the optimizers
+    from selfevo.loop.config import TrainerCfg
 
-@dataclass
-class OptimCfg:
-    kl_coef: float = 0.0  # β
-    kl_estimator: str = "k1"  # k1 | k2 | k3
-    kl_in_reward: bool = True  # True: folded into the return (CoMAS Eq. 9); False: a loss term
-    clip_eps: float = 0.2
-    whiten_eps: float = 1e-8
-    train_batch: int = 0  # rows per optimizer step; 0 = all of the agent's rows in one step
-    epochs: int = 1  # passes over the rows per update
+WHITEN_EPS = 1e-8  # ε of every advantage normalisation ``(x - mean) / (std + ε)``
 
-    @property
-    def on_policy(self) -> bool:
-        """One step over all rows: the ratio is exactly 1 and no separate rollout-policy pass is needed."""
-        return self.train_batch == 0 and self.epochs == 1
+
+def on_policy(cfg: TrainerCfg) -> bool:
+    """One step over all rows: the ratio is exactly 1 and no separate rollout-policy pass is needed."""
+    return cfg.train_batch == 0 and cfg.epochs == 1
 
 
 @dataclass
@@ -85,7 +81,7 @@ def _row_extras(turns: Sequence[Turn], values: list[dict], shape: torch.Size) ->
 
 
 Optimizer = Callable[[PolicyStore, str, Samples], dict]
-OPTIMIZERS: Registry[Callable[[OptimCfg], Optimizer]] = Registry("optimizer")
+OPTIMIZERS: Registry[Callable[..., Optimizer]] = Registry("optimizer")
 
 
 @torch.no_grad()
@@ -104,14 +100,14 @@ def score(store: PolicyStore, agent: str | None, batch: SeqBatch, backbone: str 
     return distributed.all_reduce_sum(out)
 
 
-def reference_logprobs(store: PolicyStore, agent: str, batch: SeqBatch, cfg: OptimCfg):
+def reference_logprobs(store: PolicyStore, agent: str, batch: SeqBatch, cfg: TrainerCfg):
     """(current, reference) log-probs when KL is used; (None, None) otherwise."""
     if cfg.kl_coef == 0:
         return None, None
     return score(store, agent, batch), score(store, None, batch, store.agent_backbone[agent])
 
 
-def policy_step(store: PolicyStore, agent: str, batch: SeqBatch, advantages: torch.Tensor, cfg: OptimCfg,
+def policy_step(store: PolicyStore, agent: str, batch: SeqBatch, advantages: torch.Tensor, cfg: TrainerCfg,
                 ref_logp: torch.Tensor | None = None) -> dict:
     """Clipped-surrogate updates of ``agent`` (CoMAS Eq. 11) over ``batch``: ``cfg.epochs`` passes of optimizer
     steps of ``cfg.train_batch`` rows (shuffled per pass, seeded by the agent and its adapter version), each a token
@@ -122,7 +118,7 @@ def policy_step(store: PolicyStore, agent: str, batch: SeqBatch, advantages: tor
     extras = {"adv": advantages}
     if ref_logp is not None and not cfg.kl_in_reward:
         extras["ref"] = ref_logp
-    if not cfg.on_policy:
+    if not on_policy(cfg):
         extras["old"] = score(store, agent, batch)
     batch = batch.with_extras(**extras)
     rows = batch.input_ids.shape[0]
@@ -130,13 +126,13 @@ def policy_step(store: PolicyStore, agent: str, batch: SeqBatch, advantages: tor
     gen = torch.Generator().manual_seed(hash_seed(agent, store.versions[agent]))
     steps = []
     for _ in range(cfg.epochs):
-        order = list(range(rows)) if cfg.on_policy else torch.randperm(rows, generator=gen).tolist()
+        order = list(range(rows)) if on_policy(cfg) else torch.randperm(rows, generator=gen).tolist()
         for start in range(0, rows, size):
             steps.append(_clipped_step(store, agent, batch.rows(order[start:start + size]), cfg))
     return _merge_steps(steps)
 
 
-def _clipped_step(store: PolicyStore, agent: str, batch: SeqBatch, cfg: OptimCfg) -> dict:
+def _clipped_step(store: PolicyStore, agent: str, batch: SeqBatch, cfg: TrainerCfg) -> dict:
     n = count_tokens([batch.loss_mask])  # the whole step's tokens (every rank holds the whole batch)
     sums = torch.zeros(2, dtype=torch.float64)  # clipped tokens, Σ (old - new) log-prob over this rank's tokens
 

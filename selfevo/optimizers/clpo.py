@@ -21,23 +21,37 @@ whole slates S (``|S|`` slates, ``G_s`` rows of slate s with decision tokens):
 * ``L_KL`` = token mean over the step's completion tokens of ``kl_estimate(log π, log π_ref)`` (the reference is
   the backbone with the adapter disabled); ``H`` = token mean of the policy's entropy at those positions;
 * ``L = w_choice · L_choice + λ_rank · L_rank + λ_kl · L_KL − λ_ent · H`` — Eq. 8 (:func:`clpo_loss`);
-  λ_kl is ``OptimCfg.kl_coef`` (always a loss term here), w_choice = 1 (0: the "w/o L_choice" ablation).
+  λ_kl is ``trainer.kl_coef`` (always a loss term here), λ_rank and λ_ent are the :class:`ClpoCfg` section's
+  (``clpo.*`` of ``selfevo run maestro``), w_choice = 1 (0: the "w/o L_choice" ablation).
 
-The terms have no importance ratio (as written in the paper); ``OptimCfg.epochs`` passes reuse the step's rows,
-``OptimCfg.train_batch`` rows (rounded to whole slates) per optimizer step, slates in a seeded order per pass.
+The terms have no importance ratio (as written in the paper); ``trainer.epochs`` passes reuse the step's rows,
+``trainer.train_batch`` rows (rounded to whole slates) per optimizer step, slates in a seeded order per pass.
 """
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Hashable, Sequence
 
 import torch
 
-from selfevo.optimizers.base import OPTIMIZERS, OptimCfg, Optimizer, Samples, hash_seed, score
+from selfevo.config import opt
+from selfevo.optimizers.base import OPTIMIZERS, Optimizer, Samples, hash_seed, score
 from selfevo.optimizers.objectives import (choice_loss, clpo_loss, count_tokens, kl_loss, length_normalised_logprob,
                                            listmle_loss, slate_advantages, token_mean)
 from selfevo.policy import PolicyStore, SeqBatch
 
+if TYPE_CHECKING:  # the loop package imports the optimizers
+    from selfevo.loop.config import TrainerCfg
+
 TERMS = ("choice", "rank", "kl", "entropy")
+
+
+@dataclass
+class ClpoCfg:
+    lambda_rank: float = opt(0.5, "λ_rank: weight of L_rank (App. C.1 tunes it over 0.1, 0.5, 0.8, 1.0)", ge=0)
+    lambda_ent: float = opt(0.01, "λ_ent: entropy bonus (App. C.1: 0.01); λ_kl is trainer.kl_coef", ge=0)
+    choice: bool = opt(True, "use L_choice (false: the w/o L_choice ablation)")
+    rank: bool = opt(True, "use L_rank (false: the w/o L_rank ablation)")
 
 
 def choice_advantages(rewards: torch.Tensor, groups: Sequence[Hashable],
@@ -91,10 +105,12 @@ def slate_steps(groups: Sequence[int], size: int, gen: torch.Generator) -> list[
 
 
 @OPTIMIZERS.register("clpo")
-def clpo(cfg: OptimCfg, lambda_rank: float = 1.0, lambda_ent: float = 0.01, choice: bool = True,
-         rank: bool = True) -> Optimizer:
-    """CLPO (module doc). ``choice=False`` / ``rank=False`` drop L_choice / L_rank (the paper's ablations)."""
-    weights = {"choice": 1.0 if choice else 0.0, "rank": lambda_rank if rank else 0.0}
+def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
+    """CLPO (module doc) with the weights of the ``clpo`` section (default: :class:`ClpoCfg`'s);
+    ``clpo.choice=False`` / ``clpo.rank=False`` drop L_choice / L_rank (the paper's ablations)."""
+    clpo = clpo if clpo is not None else ClpoCfg()
+    weights = {"choice": 1.0 if clpo.choice else 0.0, "rank": clpo.lambda_rank if clpo.rank else 0.0}
+    lambda_ent = clpo.lambda_ent
 
     def update(store: PolicyStore, agent: str, samples: Samples) -> dict:
         batch = samples.batch
@@ -119,7 +135,7 @@ def clpo(cfg: OptimCfg, lambda_rank: float = 1.0, lambda_ent: float = 0.01, choi
     return update
 
 
-def _step(store: PolicyStore, agent: str, batch: SeqBatch, names: list[str], weights: dict, cfg: OptimCfg,
+def _step(store: PolicyStore, agent: str, batch: SeqBatch, names: list[str], weights: dict, cfg: TrainerCfg,
           lambda_ent: float) -> dict:
     n_tok, n_slates = count_tokens([batch.loss_mask]), len(set(batch.groups))
     parts = dict.fromkeys(TERMS, 0.0)

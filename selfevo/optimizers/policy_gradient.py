@@ -5,13 +5,18 @@ in how rewards become advantages (pure functions in :mod:`selfevo.optimizers.obj
 """
 from __future__ import annotations
 
-from selfevo.optimizers.base import OPTIMIZERS, OptimCfg, Optimizer, Samples, policy_step, reference_logprobs
+from typing import TYPE_CHECKING
+
+from selfevo.optimizers.base import OPTIMIZERS, WHITEN_EPS, Optimizer, Samples, policy_step, reference_logprobs
 from selfevo.optimizers.objectives import kl_estimate, masked_mean, reinforce_pp_advantages, task_relative_advantages
 from selfevo.policy import PolicyStore
 
+if TYPE_CHECKING:  # the loop package imports the optimizers
+    from selfevo.loop.config import TrainerCfg
+
 
 @OPTIMIZERS.register("reinforce_pp")
-def reinforce_pp(cfg: OptimCfg) -> Optimizer:
+def reinforce_pp(cfg: TrainerCfg) -> Optimizer:
     """REINFORCE++ (CoMAS Eq. 9-11): KL-penalised return, whitened over the agent's tokens — per group when
     ``samples.groups`` is given (e.g. per role, the fix for the scorer-advantage flaw)."""
 
@@ -20,7 +25,7 @@ def reinforce_pp(cfg: OptimCfg) -> Optimizer:
         cur, ref = reference_logprobs(store, agent, batch, cfg)
         kl = kl_estimate(cur, ref, cfg.kl_estimator) * batch.loss_mask if cur is not None else None
         beta = cfg.kl_coef if cfg.kl_in_reward else 0.0
-        adv = reinforce_pp_advantages(samples.rewards, kl, batch.loss_mask, beta=beta, eps=cfg.whiten_eps,
+        adv = reinforce_pp_advantages(samples.rewards, kl, batch.loss_mask, beta=beta, eps=WHITEN_EPS,
                                       group_ids=samples.groups)
         stats = policy_step(store, agent, batch, adv, cfg, ref)
         stats["kl"] = float(masked_mean(kl, batch.loss_mask)) if kl is not None else 0.0
@@ -29,7 +34,7 @@ def reinforce_pp(cfg: OptimCfg) -> Optimizer:
     return update
 
 
-def _sequence_advantage_update(cfg: OptimCfg, default_groups) -> Optimizer:
+def _sequence_advantage_update(cfg: TrainerCfg, default_groups) -> Optimizer:
     """Sequence-level normalised advantages. With β > 0 the KL to the reference is applied either way: folded into
     each row's reward (``r - β Σ_t kl_t``, before normalisation) or as a loss term."""
 
@@ -40,7 +45,7 @@ def _sequence_advantage_update(cfg: OptimCfg, default_groups) -> Optimizer:
         kl = kl_estimate(cur, ref, cfg.kl_estimator) * batch.loss_mask if cur is not None else None
         if kl is not None and cfg.kl_in_reward:
             rewards = rewards - cfg.kl_coef * kl.sum(-1)
-        adv = task_relative_advantages(rewards, groups, eps=cfg.whiten_eps)[:, None] * batch.loss_mask
+        adv = task_relative_advantages(rewards, groups, eps=WHITEN_EPS)[:, None] * batch.loss_mask
         stats = policy_step(store, agent, batch, adv, cfg, ref)
         stats["kl"] = float(masked_mean(kl, batch.loss_mask)) if kl is not None else 0.0
         return stats
@@ -49,14 +54,14 @@ def _sequence_advantage_update(cfg: OptimCfg, default_groups) -> Optimizer:
 
 
 @OPTIMIZERS.register("task_relative")
-def task_relative(cfg: OptimCfg) -> Optimizer:
+def task_relative(cfg: TrainerCfg) -> Optimizer:
     """Task-Relative REINFORCE++ (SAGE Eq. 1): sequence advantages normalised per role (``samples.groups``; one
     group when absent), broadcast over tokens; a group of one sample or of equal rewards gets advantage 0."""
     return _sequence_advantage_update(cfg, lambda s: [0] * len(s.rewards))
 
 
 @OPTIMIZERS.register("grpo")
-def grpo(cfg: OptimCfg) -> Optimizer:
+def grpo(cfg: TrainerCfg) -> Optimizer:
     """GRPO: sequence advantages normalised within each group of completions of the same prompt
     (``samples.groups``, default: rows with identical prompt tokens), broadcast over tokens."""
     return _sequence_advantage_update(cfg, _prompt_groups)

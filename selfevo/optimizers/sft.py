@@ -3,15 +3,20 @@ positive (e.g. correct selections, verified solutions); rows with reward ≤ 0 a
 ``none`` optimizer (no update), for prompt-only baselines."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from selfevo.optimizers.base import OPTIMIZERS, OptimCfg, Optimizer, Samples
+from selfevo.optimizers.base import OPTIMIZERS, Optimizer, Samples
 from selfevo.optimizers.objectives import count_tokens, token_mean
 from selfevo.policy import PolicyStore, SeqBatch
 
+if TYPE_CHECKING:  # the loop package imports the optimizers
+    from selfevo.loop.config import TrainerCfg
+
 
 @OPTIMIZERS.register("sft")
-def sft(cfg: OptimCfg) -> Optimizer:
+def sft(cfg: TrainerCfg) -> Optimizer:
     def update(store: PolicyStore, agent: str, samples: Samples) -> dict:
         keep = [i for i, r in enumerate(samples.rewards.tolist()) if r > 0]
         if not keep:
@@ -28,7 +33,7 @@ def sft(cfg: OptimCfg) -> Optimizer:
 
 
 @OPTIMIZERS.register("none")
-def no_update(cfg: OptimCfg) -> Optimizer:
+def no_update(cfg: TrainerCfg) -> Optimizer:
     """No update: prompt-only baselines (the run still collects, rewards and logs; adapters stay as they are)."""
 
     def update(store: PolicyStore, agent: str, samples: Samples) -> dict:

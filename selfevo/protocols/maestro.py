@@ -12,7 +12,7 @@ Per round t = 1..R, every episode (task) of the batch in lockstep, one engine ca
    ``central``). With ``samples = G > 0`` the same call also draws G sampled central outputs (role
    ``central_sample``, ``sample_temperature``): the training list of CLPO / group of GRPO. Every central turn refers
    to the shown candidates as ``refs["candidate_j"]`` (j = displayed position), which the ``slate`` reward source
-   reads. Central-Gen (``mode="gen"``) writes its own answer instead; Central-Gen+SC (``gen_sc``) samples
+   reads. Central-Gen (``central_mode="gen"``) writes its own answer instead; Central-Gen+SC (``gen_sc``) samples
    ``sc_samples`` answers and takes the majority answer.
 3. *Broadcast*: the greedy pick (number as shown, final answer, justification cut to ``justification_chars``)
    conditions round t + 1. A central output that does not parse is a recorded failure (``chosen`` None, counted a
@@ -30,9 +30,10 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from selfevo.config import opt
 from selfevo.interaction import Episode, ask, request_seed
 from selfevo.roles.base import HistoryItem
-from selfevo.roles.maestro import _CHOSEN, BOXED_FORMAT, Central, CentralGen, Executor, answer_format, broadcast, \
+from selfevo.roles.maestro import _CHOSEN, BOXED_FORMAT, VIEWS, Central, CentralGen, Executor, answer_format, broadcast, \
     gen_broadcast
 from selfevo.types import Task
 from selfevo.verifiers.voting import answer_equivalence, majority_vote
@@ -42,66 +43,76 @@ STAGE2_STOP = ("\n", " ", ":", ".", ",", ")", ";")  # chained selection: the num
 
 
 @dataclass
+class RoundsCfg:
+    """The settings of the rounds: the options of ``selfevo eval setup=maestro_select`` and the base of
+    ``selfevo run maestro``'s ``protocol`` section (the same keys, the same meaning)."""
+
+    k: int = opt(3, "K: candidates each execution agent samples per round", ge=1)
+    rounds: int = opt(3, "R: rounds of exploration → selection → broadcast per question", ge=1)
+    epsilon: float = opt(0.1, "ε: chance that a candidate of round ≥ 2 uses the base prompt (Sec. 3.2)", ge=0, le=1)
+    central_temperature: float = opt(0.0, "temperature of the central agent's deciding output (paper: greedy)", ge=0)
+    justification_chars: int | None = opt(300, "the broadcast's justification: its first this-many characters "
+                                               "(null: whole)", ge=1)
+    history_chars: int | None = opt(1500, "each earlier solution an agent sees again: its last this-many characters "
+                                          "(null: whole)", ge=1)
+    candidate_chars: int | None = opt(None, "each candidate the central agent sees: its last this-many characters "
+                                            "(null: whole)", ge=1)
+    shuffle_slate: bool = opt(True, "show the slate in a seeded random order (else agent-major)")
+    central_mode: str = opt("select", "convergence: select (MAESTRO) | gen (Central-Gen) | gen_sc (Central-Gen+SC)",
+                            choices=MODES)
+    sc_samples: int = opt(3, "Central-Gen+SC: central answers voted on", ge=1)
+    view: str = opt("both", "what the central agent sees of each candidate (Fig. 3)", choices=VIEWS)
+    central_prefix: str = opt("", "start central answers with this (small models: 'Reason:'); '' = paper")
+    central_chain: bool = opt(False, "small models: the selection in two stages, rationale then 'Chosen: Candidate "
+                                     "k' (given up to k); Final is the chosen candidate's answer (see the docs); "
+                                     "Central-Select only (central_mode=gen|gen_sc write no selection)")
+    reason_tokens: int = opt(48, "central_chain: token limit of the rationale stage", ge=1)
+
+
 class MaestroProtocol:
-    """Roles, agents and settings of the rounds. ``verdict(task, text)`` → a Verdict (score, extracted) judges
-    candidates for the records (cache it: every candidate is judged once per round)."""
+    """The rounds of ``cfg`` (a :class:`RoundsCfg` section: the setup's options or the recipe's ``protocol``) with
+    N execution agents (``executor_agents``: adapter names, None = base model) and a central agent.
+    ``verdict(task, text)`` → a Verdict (score, extracted) judges candidates for the records (cache it: every
+    candidate is judged once per round). ``seed`` keys every draw; training (``selfevo run maestro``) adds
+    ``samples`` (G sampled central outputs per slate) at ``sample_temperature`` and may cap central answers at
+    ``central_max_new_tokens`` (0: the runner's limit); ``replay`` (task id → round-1 candidates, N·K agent-major)
+    replaces round 1's generation."""
 
-    executor_agents: Sequence[str | None]  # N execution agents (adapter names; None = base model)
-    central_agent: str | None
-    verdict: Callable[[Task, str], Any]
-    k: int = 3
-    rounds: int = 3
-    epsilon: float = 0.1
-    seed: int | str = 0
-    mode: str = "select"
-    view: str = "both"
-    central_prefix: str = ""
-    central_temperature: float = 0.0
-    central_max_new_tokens: int = 0  # 0: the runner's
-    samples: int = 0  # G sampled central outputs per slate (training)
-    sample_temperature: float = 1.0
-    sc_samples: int = 3
-    sc_temperature: float | None = None  # None: the runner's temperature
-    justification_chars: int | None = 300
-    history_chars: int | None = 1500
-    candidate_chars: int | None = None
-    shuffle_slate: bool = True
-    chain: bool = False  # small models: the selection in two stages (see :meth:`chained_selection`)
-    reason_tokens: int = 48  # chain: token limit of the rationale stage
-    replay: Mapping[str, Sequence[str]] | None = None  # task id -> round-1 candidates (N·K, agent-major)
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"MAESTRO central mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        self.executors = [Executor(agent_id=a + 1, history_chars=self.history_chars)
-                          for a in range(len(self.executor_agents))]
-        cls = Central if self.mode == "select" else CentralGen
-        common = dict(view=self.view, candidate_chars=self.candidate_chars, prefix=self.central_prefix,
-                      temperature=self.central_temperature, max_new_tokens=self.central_max_new_tokens)
-        self.central = {False: cls(**common), True: cls(code=True, **common)}
+    def __init__(self, cfg: RoundsCfg, executor_agents: Sequence[str | None], central_agent: str | None,
+                 verdict: Callable[[Task, str], Any], seed: int | str = 0, samples: int = 0,
+                 sample_temperature: float = 1.0, central_max_new_tokens: int = 0,
+                 replay: Mapping[str, Sequence[str]] | None = None):
+        self.cfg, self.executor_agents, self.central_agent, self.verdict = cfg, executor_agents, central_agent, verdict
+        self.seed, self.samples, self.sample_temperature, self.replay = seed, samples, sample_temperature, replay
+        self.executors = [Executor(agent_id=a + 1, history_chars=cfg.history_chars)
+                          for a in range(len(executor_agents))]
+        role = Central if cfg.central_mode == "select" else CentralGen
+        common = dict(view=cfg.view, candidate_chars=cfg.candidate_chars, prefix=cfg.central_prefix,
+                      temperature=cfg.central_temperature, max_new_tokens=central_max_new_tokens)
+        self.central = {False: role(**common), True: role(code=True, **common)}
 
     # ---- seeded draws -------------------------------------------------------------------------------------------
     def explore(self, ep: Episode, rnd: int, slot: int) -> bool:
         """ε-greedy: whether candidate ``slot`` of round ``rnd`` uses the base prompt (never in round 1)."""
-        if rnd == 1 or self.epsilon <= 0:
+        if rnd == 1 or self.cfg.epsilon <= 0:
             return False
-        return random.Random(request_seed(self.seed, "explore|" + ep.key, rnd, slot)).random() < self.epsilon
+        return random.Random(request_seed(self.seed, "explore|" + ep.key, rnd, slot)).random() < self.cfg.epsilon
 
     def slate_order(self, ep: Episode, rnd: int, size: int) -> list[int]:
         """``order[j]``: the real (agent-major) index of the candidate displayed as number j + 1."""
         order = list(range(size))
-        if self.shuffle_slate:
+        if self.cfg.shuffle_slate:
             random.Random(request_seed(self.seed, "slate|" + ep.key, rnd, 0)).shuffle(order)
         return order
 
     # ---- the episode program --------------------------------------------------------------------------------------
     def program(self, ep: Episode):
-        t, n, k = ep.task, len(self.executor_agents), self.k
+        t, n, k = ep.task, len(self.executor_agents), self.cfg.k
         previous: list[list[HistoryItem]] = [[] for _ in range(n)]
         feedback: str | None = None
         records: list[dict] = []
         final = ""
-        for rnd in range(1, self.rounds + 1):
+        for rnd in range(1, self.cfg.rounds + 1):
             asks = []
             for a in range(n):
                 for j in range(k):
@@ -116,13 +127,13 @@ class MaestroProtocol:
             shown = [cands[i] for i in order]
             correct = [self.verdict(t, c.text).score >= 1.0 for c in cands]
             central = self.central_asks(ep, shown, rnd)
-            if self.chain and self.mode == "select":
+            if self.cfg.central_chain and self.cfg.central_mode == "select":
                 turns = yield from self.chained_selection(central if isinstance(central, list) else [central],
                                                           shown, t)
             else:
                 turns = yield central
             turns = turns if isinstance(turns, list) else [turns]
-            decide = self.select if self.mode == "select" else self.generate
+            decide = self.select if self.cfg.central_mode == "select" else self.generate
             record = decide(t, turns, order, correct, rnd, [c.text for c in cands])
             record["explored"] = sum(x.meta["explore"] for x in asks)
             feedback, final = record.pop("_broadcast"), record.pop("_output_text")
@@ -146,10 +157,9 @@ class MaestroProtocol:
         refs = {f"candidate_{j}": c for j, c in enumerate(shown) if not isinstance(c, Replayed)}
         texts = [c.text for c in shown]
         one = ask(role, self.central_agent, task, label="central", round=rnd, refs=refs, candidates=texts)
-        if self.mode == "gen_sc":
-            return [dataclasses.replace(one, temperature=self.sc_temperature, meta={"sample": g})
-                    for g in range(self.sc_samples)]
-        if not self.samples or self.mode != "select":
+        if self.cfg.central_mode == "gen_sc":  # sampled at the runner's temperature
+            return [dataclasses.replace(one, temperature=None, meta={"sample": g}) for g in range(self.cfg.sc_samples)]
+        if not self.samples or self.cfg.central_mode != "select":
             return one
         extra = [dataclasses.replace(one, role="central_sample", temperature=self.sample_temperature,
                                      meta={"sample": g, "slate": f"{ep.key}|r{rnd}"}, refs=dict(refs))
@@ -157,7 +167,7 @@ class MaestroProtocol:
         return [one, *extra]
 
     def chained_selection(self, asks: list, shown: list, task: Task):
-        """The selection written in two stages (``chain``; small models that never write the strict format
+        """The selection written in two stages (``central_chain``; small models that never write the strict format
         unaided): stage 1 (role ``<label>_reason``) starts with ``Reason:`` and stops at ``Chosen`` or after
         ``reason_tokens``; stage 2 starts with that rationale and ``\nChosen: Candidate `` (given, not generated)
         and generates the number (at most 3 tokens, cut at the first space, newline or punctuation mark). The
@@ -167,7 +177,7 @@ class MaestroProtocol:
         ``slate`` source credits with the same reward. A rationale cut by ``reason_tokens`` is cut by design
         (``meta["limit_by_design"]``: ``trainer.mask_truncated`` keeps it). Returns the stage-2 turns."""
         reasons = yield [dataclasses.replace(a, role=f"{a.role}_reason", prefix="Reason:", stop=("Chosen",),
-                                             max_new_tokens=self.reason_tokens, parser=None, refs=dict(a.refs),
+                                             max_new_tokens=self.cfg.reason_tokens, parser=None, refs=dict(a.refs),
                                              meta={**a.meta, "limit_by_design": True}) for a in asks]
         finals = [self.verdict(task, c.text).extracted for c in shown]
         stage2 = [dataclasses.replace(a, prefix=f"Reason: {r.text.strip()}\nChosen: Candidate ", stop=STAGE2_STOP,
@@ -193,7 +203,7 @@ class MaestroProtocol:
                 "output": output, "parsed": sel is not None, "select_parse_failure": sel is None,
                 "central_final": sel.final if sel else None, "correct": correct, "covered": any(correct),
                 "chosen_correct": chosen is not None and correct[chosen], "output_correct": correct[output],
-                "_broadcast": broadcast(sel, self.justification_chars), "_output_text": texts[output]}
+                "_broadcast": broadcast(sel, self.cfg.justification_chars), "_output_text": texts[output]}
 
     def generate(self, task: Task, turns: list, order: list[int], correct: list[bool], rnd: int,
                  candidates: list[str]) -> dict:
@@ -209,7 +219,7 @@ class MaestroProtocol:
         return {"round": rnd, "order": order, "chosen": None, "shown": None, "output": None, "parsed": True,
                 "select_parse_failure": False, "central_final": verdict.extracted, "correct": correct,
                 "covered": any(correct), "chosen_correct": ok, "output_correct": ok, "picked": pick,
-                "_broadcast": gen_broadcast(text, verdict.extracted, self.justification_chars),
+                "_broadcast": gen_broadcast(text, verdict.extracted, self.cfg.justification_chars),
                 "_output_text": text}
 
 

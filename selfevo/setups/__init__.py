@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from selfevo.setups.base import (SETUPS, Setup, SetupError, SetupRun, TaskResult, coerce_option, option_names,
+from selfevo.setups.base import (SETUPS, Setup, SetupError, SetupRun, TaskResult, load_options, option_names,
                                  turn_record)
 from selfevo.setups import vanilla, consistency, autogen, debate, maestro  # noqa: F401,I001  (registers)
 from selfevo.types import SamplingParams, Task
@@ -25,10 +25,10 @@ def setup_names() -> list[str]:
 
 def make_setup(name: str, engine, sampling: SamplingParams, agents: Sequence[str | None] | None = None,
                seed: int = 0, verifier: Callable | None = None, progress: Callable[[str], None] | None = None,
-               **options: Any) -> Setup:
+               continuous: bool | None = None, **options: Any) -> Setup:
     """The setup registered as ``name`` (one-line errors for unknown names and options)."""
     return SETUPS.get(name)(engine, sampling, agents=agents, seed=seed, verifier=verifier, progress=progress,
-                            **options)
+                            continuous=continuous, **options)
 
 
 def run_setup(name: str, tasks: Sequence[Task], engine, sampling: SamplingParams,
@@ -38,5 +38,5 @@ def run_setup(name: str, tasks: Sequence[Task], engine, sampling: SamplingParams
     return make_setup(name, engine, sampling, agents, seed, verifier, progress, **options).run(tasks)
 
 
-__all__ = ["SETUPS", "Setup", "SetupError", "SetupRun", "TaskResult", "coerce_option", "make_setup", "option_names",
+__all__ = ["SETUPS", "Setup", "SetupError", "SetupRun", "TaskResult", "load_options", "make_setup", "option_names",
            "run_setup", "setup_names", "turn_record"]

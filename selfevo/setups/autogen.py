@@ -26,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from selfevo.setups.base import SETUPS, Episode, Setup, SetupError, user
+from selfevo.config import opt
+from selfevo.setups.base import SETUPS, Episode, Setup, user
 from selfevo.tasks import format_prompt
 
 TERMINATE = "TERMINATE"
@@ -47,7 +48,7 @@ PROXY_PROMPT = (
 
 @dataclass
 class AutoGenOptions:
-    max_turns: int = 3  # assistant turns
+    max_turns: int = opt(3, "assistant turns at most (the user proxy reviews between them)", ge=1)
 
 
 def strip_terminate(text: str) -> str:
@@ -59,10 +60,6 @@ class AutoGen(Setup):
     name = "autogen"
     Options = AutoGenOptions
     default_temperature = 0.5
-
-    def validate(self) -> None:
-        if self.opts.max_turns < 1:
-            raise SetupError(f"autogen: max_turns must be >= 1, got {self.opts.max_turns}")
 
     def max_steps(self) -> int:
         return 2 * self.opts.max_turns - 1

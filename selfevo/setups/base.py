@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Generator, Sequence
+from typing import Any, Callable, ClassVar, Generator, Mapping, Sequence
 
+from omegaconf import DictConfig, OmegaConf
+
+from selfevo.config import ConfigError, load_section
 from selfevo.errors import SelfevoError
 from selfevo.interaction import Ask, Episode, Runner, Turn
 from selfevo.registry import Registry
@@ -86,48 +88,14 @@ def option_names(options_cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(options_cls)]
 
 
-def coerce_option(options_cls: type, name: str, value: Any, setup: str = "") -> Any:
-    """Turn a (possibly string, from the command line) value into the declared type of option ``name``.
-
-    Unknown names and values that do not fit are one-line :class:`SetupError`\\ s.
-    """
-    fields = {f.name: f for f in dataclasses.fields(options_cls)}
-    if name not in fields:
-        close = difflib.get_close_matches(name, list(fields), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        known = ", ".join(fields) or "none"
-        raise SetupError(f"setup '{setup}' has no option '{name}'{hint}; its options: {known}")
-    declared = str(fields[name].type)
-    kind = declared.split("|")[0].strip()
-    optional = "None" in declared
-    where = f"option '{name}' of setup '{setup}'"
-    if value is None or (optional and isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
-        if optional:
-            return None
-        raise SetupError(f"{where} must be set (a {kind})")
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("true", "1", "yes"):
-            return True
-        if text in ("false", "0", "no"):
-            return False
-        raise SetupError(f"{where} must be true/false, got {value!r}")
-    if kind in ("int", "float"):
-        if isinstance(value, bool):
-            raise SetupError(f"{where} must be a number, got {value!r}")
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise SetupError(f"{where} must be {'an integer' if kind == 'int' else 'a number'}, "
-                             f"got {value!r}") from None
-        if kind == "int":
-            if not number.is_integer():
-                raise SetupError(f"{where} must be an integer, got {value!r}")
-            return int(number)
-        return number
-    return str(value)
+def load_options(options_cls: type, values: Mapping[str, Any] | DictConfig, setup: str) -> DictConfig:
+    """A setup's options: ``values`` (Python values, strings that read as the declared types, or parsed
+    ``key=value`` overrides) over the defaults of its :func:`~selfevo.config.opt` dataclass, checked by the config
+    machinery (names with did-you-mean, types, bounds, choices); any problem is a one-line :class:`SetupError`."""
+    try:
+        return load_section(options_cls, values, "its options")
+    except ConfigError as exc:
+        raise SetupError(f"setup '{setup}': {exc}") from None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -137,17 +105,22 @@ def coerce_option(options_cls: type, name: str, value: Any, setup: str = "") -> 
 
 @dataclass
 class NoOptions:
-    pass
+    """The options of a setup that has none."""
 
 
 class Setup(abc.ABC):
-    """Base of every setup: ``Setup(engine, sampling, agents=None, seed=0, verifier=None, progress=None, **options)``
-    then ``run(tasks) -> SetupRun``.
+    """Base of every setup: ``Setup(engine, sampling, agents=None, seed=0, verifier=None, progress=None,
+    continuous=None, **options)`` then ``run(tasks) -> SetupRun``.
 
     ``sampling`` applies to every generation unless a setup documents otherwise (maestro_select's central agent
     runs at temperature 0). ``verifier(task, response) -> Verdict`` (default :func:`selfevo.verifiers.verify`)
     extracts answers for voting and judges candidates for coverage metrics. ``progress(label)`` is called after
-    every engine call (``label``: :meth:`step_label`).
+    every engine call (``label``: :meth:`step_label`). ``continuous`` is the runner's (None: batch continuously
+    when the engine can; False: one engine call per wave, ``engine.continuous=false``).
+
+    ``Options`` declares the setup's options as a dataclass of :func:`~selfevo.config.opt` fields (meaning,
+    bounds, choices): ``options`` are checked against it (:func:`load_options`) and kept as ``self.opts``, an
+    instance of it; ``selfevo eval --help`` and ``selfevo ls`` list them from it.
     """
 
     name: ClassVar[str] = ""
@@ -158,25 +131,21 @@ class Setup(abc.ABC):
 
     def __init__(self, engine, sampling: SamplingParams, agents: Sequence[str | None] | None = None, seed: int = 0,
                  verifier: Callable[[Task, str], Verdict] | None = None,
-                 progress: Callable[[str], None] | None = None, **options: Any):
+                 progress: Callable[[str], None] | None = None, continuous: bool | None = None, **options: Any):
         self.engine = engine
+        self.continuous = continuous
         self.sampling = sampling
         self.agents: list[str | None] = list(agents) if agents else [None]
         self.seed = seed
         self.verifier = verify if verifier is None else verifier
         self.progress = progress
-        values = {k: coerce_option(self.Options, k, v, self.name) for k, v in options.items()}
-        self.opts = self.Options(**values)
-        self.validate()
+        self.opts = OmegaConf.to_object(load_options(self.Options, options, self.name))
         self.steps = 0
         self.generations = 0
         self._results: dict[str, TaskResult] = {}
         self._verdicts: dict[tuple[str, str], Verdict] = {}
 
     # ---- to override ---------------------------------------------------------------------------------------
-    def validate(self) -> None:
-        """Check option values (raise SetupError)."""
-
     @abc.abstractmethod
     def max_steps(self) -> int:
         """Engine calls this setup makes at most (for progress bars)."""
@@ -196,7 +165,7 @@ class Setup(abc.ABC):
     # ---- shared ----------------------------------------------------------------------------------------------
     def run(self, tasks: Sequence[Task]) -> SetupRun:
         progress = None if self.progress is None else lambda label, call, n: self.progress(self.step_label(call))
-        runner = Runner(self.engine, self.sampling, seed=self.seed, progress=progress)
+        runner = Runner(self.engine, self.sampling, seed=self.seed, progress=progress, continuous=self.continuous)
         ids = [t.id for t in tasks]
         if len(set(ids)) != len(ids):
             dup = sorted({i for i in ids if ids.count(i) > 1})

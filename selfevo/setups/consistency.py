@@ -16,14 +16,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from selfevo.setups.base import SETUPS, Episode, Setup, SetupError, aggregation_prompt, user
+from selfevo.config import opt
+from selfevo.setups.base import SETUPS, Episode, Setup, aggregation_prompt, user
 from selfevo.tasks import format_prompt
 
 
 @dataclass
 class ConsistencyOptions:
-    k: int = 5
-    aggregate: str = "vote"  # vote | llm
+    k: int = opt(5, "samples per task", ge=1)
+    aggregate: str = opt("vote", "the final answer: vote (majority of the extracted answers) or llm (one aggregation "
+                         "call)", choices=("vote", "llm"))
 
 
 @SETUPS.register("consistency")
@@ -31,12 +33,6 @@ class Consistency(Setup):
     name = "consistency"
     Options = ConsistencyOptions
     default_temperature = 0.5
-
-    def validate(self) -> None:
-        if self.opts.k < 1:
-            raise SetupError(f"consistency: k must be >= 1, got {self.opts.k}")
-        if self.opts.aggregate not in ("vote", "llm"):
-            raise SetupError(f"consistency: aggregate must be 'vote' or 'llm', got {self.opts.aggregate!r}")
 
     def max_steps(self) -> int:
         return 1 if self.opts.aggregate == "vote" else 2

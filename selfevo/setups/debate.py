@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from selfevo.setups.base import SETUPS, Episode, Setup, SetupError, aggregation_prompt, user
+from selfevo.config import opt
+from selfevo.setups.base import SETUPS, Episode, Setup, aggregation_prompt, user
 from selfevo.tasks import format_prompt
 
 FIRST = "{query} Make sure to state your answer at the end of the response."
@@ -39,9 +40,10 @@ def debate_message(query: str, others: Sequence[str]) -> str:
 
 @dataclass
 class DebateOptions:
-    n_agents: int = 3
-    rounds: int = 2
-    aggregate: str = "vote"  # vote | llm
+    n_agents: int = opt(3, "debaters (debater i uses agents[i % len(agents)])", ge=1)
+    rounds: int = opt(2, "debate rounds", ge=1)
+    aggregate: str = opt("vote", "the final answer: vote (majority of the last round's extracted answers) or llm "
+                         "(one aggregation call)", choices=("vote", "llm"))
 
 
 @SETUPS.register("debate")
@@ -49,12 +51,6 @@ class Debate(Setup):
     name = "debate"
     Options = DebateOptions
     default_temperature = 0.5
-
-    def validate(self) -> None:
-        if self.opts.n_agents < 1 or self.opts.rounds < 1:
-            raise SetupError(f"debate: n_agents and rounds must be >= 1, got {self.opts.n_agents}, {self.opts.rounds}")
-        if self.opts.aggregate not in ("vote", "llm"):
-            raise SetupError(f"debate: aggregate must be 'vote' or 'llm', got {self.opts.aggregate!r}")
 
     def max_steps(self) -> int:
         return self.opts.rounds + (self.opts.aggregate == "llm")
