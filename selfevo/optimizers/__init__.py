@@ -6,6 +6,7 @@ The math is pure functions in :mod:`~selfevo.optimizers.objectives`."""
 from selfevo.optimizers import clpo, policy_gradient, sft  # noqa: F401  (registers the optimizers)
 from selfevo.optimizers.base import OPTIMIZERS, Optimizer, Samples, policy_step, reference_logprobs, score, train_agents
 from selfevo.optimizers.clpo import ClpoCfg
+from selfevo.optimizers.trainer import TrainerCfg
 
-__all__ = ["OPTIMIZERS", "ClpoCfg", "Optimizer", "Samples", "policy_step", "reference_logprobs", "score",
+__all__ = ["OPTIMIZERS", "ClpoCfg", "Optimizer", "Samples", "TrainerCfg", "policy_step", "reference_logprobs", "score",
            "train_agents"]

@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Hashable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import torch
 
 from selfevo import distributed
 from selfevo.interaction.episodes import Episode, Turn, rewarded_turns
 from selfevo.optimizers.objectives import count_tokens, kl_loss, masked_mean, ppo_clip_loss, token_mean
+from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import PolicyStore, SeqBatch
 from selfevo.registry import Registry
-
-if TYPE_CHECKING:  # the loop package imports the optimizers
-    from selfevo.loop.config import TrainerCfg
 
 WHITEN_EPS = 1e-8  # ε of every advantage normalisation ``(x - mean) / (std + ε)``
 

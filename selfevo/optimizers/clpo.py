@@ -30,7 +30,7 @@ The terms have no importance ratio (as written in the paper); ``trainer.epochs``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Hashable, Sequence
+from typing import Hashable, Sequence
 
 import torch
 
@@ -38,10 +38,9 @@ from selfevo.config import opt
 from selfevo.optimizers.base import OPTIMIZERS, Optimizer, Samples, hash_seed, score
 from selfevo.optimizers.objectives import (choice_loss, clpo_loss, count_tokens, kl_loss, length_normalised_logprob,
                                            listmle_loss, slate_advantages, token_mean)
+from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import PolicyStore, SeqBatch
 
-if TYPE_CHECKING:  # the loop package imports the optimizers
-    from selfevo.loop.config import TrainerCfg
 
 TERMS = ("choice", "rank", "kl", "entropy")
 

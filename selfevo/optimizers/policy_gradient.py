@@ -5,14 +5,11 @@ in how rewards become advantages (pure functions in :mod:`selfevo.optimizers.obj
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from selfevo.optimizers.base import OPTIMIZERS, WHITEN_EPS, Optimizer, Samples, policy_step, reference_logprobs
 from selfevo.optimizers.objectives import kl_estimate, masked_mean, reinforce_pp_advantages, task_relative_advantages
+from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import PolicyStore
 
-if TYPE_CHECKING:  # the loop package imports the optimizers
-    from selfevo.loop.config import TrainerCfg
 
 
 @OPTIMIZERS.register("reinforce_pp")

@@ -3,16 +3,13 @@ positive (e.g. correct selections, verified solutions); rows with reward ≤ 0 a
 ``none`` optimizer (no update), for prompt-only baselines."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from selfevo.optimizers.base import OPTIMIZERS, Optimizer, Samples
 from selfevo.optimizers.objectives import count_tokens, token_mean
+from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import PolicyStore, SeqBatch
 
-if TYPE_CHECKING:  # the loop package imports the optimizers
-    from selfevo.loop.config import TrainerCfg
 
 
 @OPTIMIZERS.register("sft")
