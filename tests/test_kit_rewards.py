@@ -329,3 +329,15 @@ def test_episodes_without_matching_turns(name, options):
 def test_composition_of_nothing():
     assert weighted_sum([(1.0, fixed([]))])([]).rewards == []
     assert gated(fixed([]), fixed([]), 0.5)([]).rewards == []
+
+
+def test_slate_reward_of_a_code_candidate_is_pass_at_1_like_coverage():
+    """A candidate passing 1 of 2 tests is not correct for coverage/identification, so its slate reward is 0 (not
+    0.5); ``binary=False`` keeps the verifier's fraction of tests passed."""
+    code = Task("c", "code", "Write add.", tests="assert add(1, 2) == 3\nassert add(2, 2) == 5", entry_point="add",
+                meta={"verifier": "code"})
+    half = "```python\ndef add(a, b):\n    return a + b\n```"
+    ep = Episode(code, [turn("solver", half), turn("selector", "Chosen: 1", ok(0), refs={"candidate_0": 0})])
+    res = REWARD_SOURCES.get("slate")()([ep])
+    assert res.rewards == [{1: 0.0}] and res.metrics["coverage"] == 0.0
+    assert REWARD_SOURCES.get("slate")(binary=False)([ep]).rewards == [{1: 0.5}]

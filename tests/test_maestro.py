@@ -75,7 +75,14 @@ def test_protocol_shape_batching_broadcast_and_own_history():
         own, other = [t.text for t in ep.turns[:2]], [t.text for t in ep.turns[2:4]]
         assert f"Solution 1:\n{own[0]}\n\nSolution 2:\n{own[1]}\nCenter Arbiter's Feedback: " in prompt
         assert record["broadcast"] in prompt and (other[0] == own[0] or other[0] not in prompt.split("Feedback")[0])
-        assert ep.meta["final"] in [t.text for t in ep.turns[8:12]]
+        # b_t names the chosen solution as its agent numbers it (Reasoning Agent #a's Solution j), no answer
+        if record["chosen"] is not None:
+            a, j = divmod(record["chosen"], 2)
+            assert record["broadcast"].startswith(f"The Center Arbiter chose Reasoning Agent #{a + 1}'s Solution "
+                                                  f"{j + 1}. Justification: ") and "boxed" not in record["broadcast"]
+        last = ep.meta["rounds"][-1]  # the final response: the chosen candidate, "" after a parse failure (strict)
+        want = ep.turns[8 + last["chosen"]].text if last["chosen"] is not None else ""
+        assert ep.meta["final"] == want
 
 
 def test_epsilon_one_gives_base_prompts_and_no_samples_without_training():
@@ -207,8 +214,9 @@ def test_chained_selection_asks_both_stages_and_records_failures():
                 assert rec["chosen"] == rec["output"] == rec["order"][1] and rec["shown"] == 2 and rec["parsed"]
                 shown = cands[rec["order"][1]]
                 assert rec["central_final"] == sel.value.final == verdict(ep.task, shown.text).extracted
-                assert rec["broadcast"].startswith(f"The Center Arbiter chose Candidate 2 (final answer "
-                                                   f"\\boxed{{{sel.value.final}}})")
+                a, j = divmod(rec["order"][1], 2)  # b_t names the solution as its agent knows it, without answer
+                assert rec["broadcast"].startswith(f"The Center Arbiter chose Reasoning Agent #{a + 1}'s Solution "
+                                                   f"{j + 1}. Justification: ")
             else:  # recorded failures, never a default candidate
                 assert sel.error == ("chose candidate 9, but the slate has 4" if i == 1
                                      else "no 'Chosen: k' line after the reason")
@@ -416,8 +424,26 @@ def test_clpo_ablation_switches_and_defaults(make_store):
     # plain samples (no masks): every completion token is a decision token, no rationale, groups by prompt
     plain = Samples(SeqBatch(samples.batch.input_ids, samples.batch.attention_mask, samples.batch.loss_mask),
                     samples.rewards)
-    stats = OPTIMIZERS.get("clpo")(TrainerCfg(epochs=2, train_batch=2))(store, "central", plain)
-    assert stats["rank"] == 0.0 and stats["optimizer_steps"] == 4 and stats["slates"] == 2
+    stats = OPTIMIZERS.get("clpo")(TrainerCfg(train_batch=2))(store, "central", plain)
+    assert stats["rank"] == 0.0 and stats["optimizer_steps"] == 2 and stats["slates"] == 2
+
+
+def test_clpo_makes_one_pass_per_rollout(tmp_path):
+    """Its terms carry no importance ratio: a second pass over a rollout is refused (by the optimizer and, before any
+    work, by the recipe's config check), and the paper preset reads "three epochs" as three passes over the data."""
+    from selfevo.config import ConfigError, load_config
+    from selfevo.algorithms.maestro import Config
+
+    with pytest.raises(ConfigError, match="trainer.epochs=3 with trainer.optimizer=clpo"):
+        OPTIMIZERS.get("clpo")(TrainerCfg(epochs=3))
+    assert cli.main(args(tmp_path, tmp_path / "run", "trainer.epochs=2", "trainer.max_steps=1")) == 2
+    cfg = load_config(Config, "maestro", "paper", [])
+    slates_per_step = cfg.trainer.tasks_per_step * cfg.protocol.rounds
+    rows_per_step = slates_per_step * cfg.protocol.central_samples
+    assert cfg.trainer.epochs == 1 and cfg.trainer.max_steps == 3 * -(-7473 // cfg.trainer.tasks_per_step)
+    # "global batch size 32": 32 slates (CLPO's unit: one slate's G ranked outputs) per optimizer step
+    assert cfg.trainer.train_batch == 32 * cfg.protocol.central_samples
+    assert rows_per_step // cfg.trainer.train_batch == 3  # optimizer steps per rollout (was 27 x 3 epochs = 81)
 
 
 # ---- CLPO's masks from a central output ------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from selfevo.interaction import Episode, Turn
 from selfevo.loop import DataCfg, EvalCfg, Loop, Phase, RunCfg, TrainerCfg, Update
 from selfevo.loop.metrics import mean
 from selfevo.optimizers import OPTIMIZERS, ClpoCfg
+from selfevo.optimizers.clpo import CLPO_EPOCHS
 from selfevo.protocols.maestro import MaestroProtocol, RoundsCfg, maestro_metrics
 from selfevo.rewards import build_sources, labelled, weighted_sum
 from selfevo.roles.maestro import central_spans
@@ -83,6 +84,8 @@ class Config(RunCfg):
                               f"trainer.optimizer=none (got {cfg.trainer.optimizer})")
         if cfg.trainer.optimizer == "clpo" and not (cfg.clpo.choice or cfg.clpo.rank):
             raise ConfigError("clpo.choice and clpo.rank are both false: CLPO would train nothing but KL/entropy")
+        if cfg.trainer.optimizer == "clpo" and cfg.trainer.epochs != 1:
+            raise ConfigError(CLPO_EPOCHS.format(cfg.trainer.epochs))
 
 
 # ---- the protocol of a step, CLPO's masks ----------------------------------------------------------------------

@@ -24,8 +24,10 @@ whole slates S (``|S|`` slates, ``G_s`` rows of slate s with decision tokens):
   λ_kl is ``trainer.kl_coef`` (always a loss term here), λ_rank and λ_ent are the :class:`ClpoCfg` section's
   (``clpo.*`` of ``selfevo run maestro``), w_choice = 1 (0: the "w/o L_choice" ablation).
 
-The terms have no importance ratio (as written in the paper); ``trainer.epochs`` passes reuse the step's rows,
-``trainer.train_batch`` rows (rounded to whole slates) per optimizer step, slates in a seeded order per pass.
+The terms have no importance ratio (as written in the paper), so CLPO makes one pass over each rollout
+(``trainer.epochs`` must be 1: a second pass would be an uncorrected off-policy update, KL and entropy included);
+the paper's "three epochs" are three passes over the training questions (``trainer.max_steps``).
+``trainer.train_batch`` rows (rounded up to whole slates) per optimizer step, slates in a seeded order.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from typing import Hashable, Sequence
 
 import torch
 
-from selfevo.config import opt
+from selfevo.config import ConfigError, opt
 from selfevo.optimizers.base import OPTIMIZERS, Optimizer, Samples, hash_seed, score
 from selfevo.optimizers.objectives import (choice_loss, clpo_loss, count_tokens, kl_loss, length_normalised_logprob,
                                            listmle_loss, slate_advantages, token_mean)
@@ -103,10 +105,17 @@ def slate_steps(groups: Sequence[int], size: int, gen: torch.Generator) -> list[
     return steps + ([current] if current else [])
 
 
+CLPO_EPOCHS = ("trainer.epochs={} with trainer.optimizer=clpo: CLPO's terms carry no importance ratio, so a second "
+               "pass over a rollout would be an uncorrected off-policy update; use trainer.epochs=1 and more "
+               "trainer.max_steps (the paper's three epochs are three passes over the training questions)")
+
+
 @OPTIMIZERS.register("clpo")
 def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
     """CLPO (module doc) with the weights of the ``clpo`` section (default: :class:`ClpoCfg`'s);
     ``clpo.choice=False`` / ``clpo.rank=False`` drop L_choice / L_rank (the paper's ablations)."""
+    if cfg.epochs != 1:
+        raise ConfigError(CLPO_EPOCHS.format(cfg.epochs))
     clpo = clpo if clpo is not None else ClpoCfg()
     weights = {"choice": 1.0 if clpo.choice else 0.0, "rank": clpo.lambda_rank if clpo.rank else 0.0}
     lambda_ent = clpo.lambda_ent

@@ -67,6 +67,8 @@ class RoundsCfg:
                                      "k' (given up to k); Final is the chosen candidate's answer (see the docs); "
                                      "Central-Select only (central_mode=gen|gen_sc write no selection)")
     reason_tokens: int = opt(48, "central_chain: token limit of the rationale stage", ge=1)
+    broadcast_answer: bool = opt(False, "the broadcast also states the chosen candidate's final answer (not in the "
+                                        "paper: b_t is the chosen index and a brief justification)")
 
 
 class MaestroProtocol:
@@ -203,7 +205,9 @@ class MaestroProtocol:
                 "output": output, "parsed": sel is not None, "select_parse_failure": sel is None,
                 "central_final": sel.final if sel else None, "correct": correct, "covered": any(correct),
                 "chosen_correct": chosen is not None and correct[chosen], "output_correct": correct[output],
-                "_broadcast": broadcast(sel, self.cfg.justification_chars), "_output_text": texts[output]}
+                "_broadcast": broadcast(sel, chosen, self.cfg.k, self.cfg.justification_chars,
+                                        self.cfg.broadcast_answer),
+                "_output_text": texts[chosen] if chosen is not None else ""}
 
     def generate(self, task: Task, turns: list, order: list[int], correct: list[bool], rnd: int,
                  candidates: list[str]) -> dict:

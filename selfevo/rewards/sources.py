@@ -232,13 +232,15 @@ def critic_score(role: str = "critic", ref: str = "target", one_is_min: bool = F
 
 @REWARD_SOURCES.register("slate")
 def slate_source(role: str = "selector", on_parse_failure: float | None = 0.0,
-                 credit_refs: Sequence[str] = ()) -> RewardSource:
+                 credit_refs: Sequence[str] = (), binary: bool = True) -> RewardSource:
     """Listwise slate reward: the candidates a selector turn saw (``refs["candidate_k"]``, k = 0..K-1) are verified
     against the task (each candidate turn once, however many selector turns share it); the selector's reward is its
     chosen candidate's (``parsed.value``: the 0-based index, or an object with an ``index``, e.g. MAESTRO's
     ``Selection``), or ``on_parse_failure`` when its choice does not parse (recorded as a failure, never read as a
     choice). ``credit_refs``: names of a selector turn's refs (e.g. ``rationale``: the first stage of a chained
-    selection) whose turns get the same reward and ``slate_rewards``."""
+    selection) whose turns get the same reward and ``slate_rewards``. ``binary``: a candidate's reward is 1.0 when it
+    is fully correct (every test of a code task passes: pass@1, what coverage and identification count), else 0.0;
+    off: the verifier's score (a code candidate's fraction of tests passed)."""
     def source(episodes: list[Episode]) -> RewardResult:
         out, failures, covered = [], [], []
         for ep in episodes:
@@ -250,7 +252,8 @@ def slate_source(role: str = "selector", on_parse_failure: float | None = 0.0,
                 refs = [t.refs[f"candidate_{k}"] for k in range(_slate_size(t))]
                 for j in refs:
                     if j not in verified:
-                        verified[j] = float(verify(ep.task, ep.turns[j].text).score)
+                        score = float(verify(ep.task, ep.turns[j].text).score)
+                        verified[j] = float(score >= 1.0) if binary else score
                 scores = [verified[j] for j in refs]
                 t.meta["slate_rewards"] = scores
                 chosen = getattr(t.parsed.value, "index", t.parsed.value) if _ok(t) else None

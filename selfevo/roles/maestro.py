@@ -186,13 +186,16 @@ def shorten(text: str, limit: int | None, keep: str = "head") -> str:
     return cut.rstrip() + " ..."
 
 
-def broadcast(selection: Selection | None, limit: int | None) -> str:
-    """The public broadcast: the chosen candidate's number as the arbiter saw it (1-based), its final answer and a
-    short justification; after a parse failure, only that no valid selection was made."""
-    if selection is None:
+def broadcast(selection: Selection | None, chosen: int | None, k: int, limit: int | None,
+              answer: bool = False) -> str:
+    """The public broadcast b_t (MAESTRO Sec. 3.1): the chosen solution named as its execution agent knows it
+    (``chosen`` is its agent-major index: Reasoning Agent #``chosen // k + 1``'s Solution ``chosen % k + 1``, the
+    numbering of that agent's "Your Previous Solutions"), a brief justification and, with ``answer``, the chosen
+    final answer (not in the paper); after a parse failure, only that no valid selection was made."""
+    if selection is None or chosen is None:
         return "The Center Arbiter made no valid selection."
-    text = f"The Center Arbiter chose Candidate {selection.index + 1}"
-    if selection.final:
+    text = f"The Center Arbiter chose Reasoning Agent #{chosen // k + 1}'s Solution {chosen % k + 1}"
+    if answer and selection.final:
         text += f" (final answer \\boxed{{{selection.final}}})"
     return text + f". Justification: {shorten(' '.join(selection.reason.split()), limit)}"
 
