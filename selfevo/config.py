@@ -131,6 +131,8 @@ class ModelCfg:
     device: str = opt("auto", "where the backbones and adapters live: this process's GPU (cuda:$LOCAL_RANK) or the "
                               "CPU; auto: the GPU if CUDA is available", choices=("auto", "cpu", "cuda"))
     lora: LoraCfg = opt(LoraCfg, "the LoRA adapter of each agent")
+    init_adapters: str = opt("", "start each agent from the PEFT adapter DIR/<agent> where one exists (e.g. an SFT "
+                                 "run's adapters/final); '' = fresh adapters")
 
 
 def check_sampling_fits_engine(cfg: DictConfig) -> None:

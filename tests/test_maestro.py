@@ -648,3 +648,29 @@ def test_replayed_slates_give_the_same_records_without_generating_candidates(tmp
     (tmp_path / "bad.jsonl").write_text('{"id": "x"}\n')
     with pytest.raises(ValueError, match="bad.jsonl line 1: not a maestro_select item"):
         read_replay(str(tmp_path / "bad.jsonl"))
+
+
+def test_sft_then_clpo_with_the_sft_adapter_as_start_and_reference(tmp_path):
+    """The paper's pipeline (App. C.1: the KL keeps the policy near "the SFT reference policy"): a run with
+    trainer.optimizer=sft, then CLPO from its adapter (model.init_adapters) with that adapter, frozen, as the KL's
+    reference (trainer.kl_reference=initial)."""
+    from safetensors.torch import load_file
+
+    sft, clpo, base_ref = tmp_path / "sft", tmp_path / "clpo", tmp_path / "base_ref"
+    no_dropout = "model.lora.dropout=0.0"  # LoRA dropout would make the policy's own log-probs noisy (KL > 0)
+    assert cli.main(args(tmp_path, sft, "trainer.optimizer=sft", "trainer.max_steps=1", no_dropout)) == 0
+    start = load_file(str(sft / "adapters" / "final" / "central" / "adapter_model.safetensors"))
+    assert any(v.abs().max() > 0 for k, v in start.items() if "lora_B" in k)  # SFT moved it off the identity
+    init = f"model.init_adapters={sft / 'adapters' / 'final'}"
+    assert cli.main(args(tmp_path, clpo, init, "trainer.kl_reference=initial", "trainer.max_steps=1", no_dropout)) == 0
+    assert cli.main(args(tmp_path, base_ref, init, "trainer.max_steps=1", no_dropout)) == 0
+    (m,) = lines(clpo / "metrics.jsonl")
+    (b,) = lines(base_ref / "metrics.jsonl")
+    # one optimizer step, KL measured before it: the policy is its reference (0), not the base model (> 0)
+    assert m["train"]["central"]["kl"] == pytest.approx(0.0, abs=1e-6) and b["train"]["central"]["kl"] > 1e-4
+    ref = load_file(str(clpo / "checkpoint" / "adapters" / "ref_central" / "adapter_model.safetensors"))
+    assert all(torch.equal(ref[k], start[k]) for k in start)  # the reference stays the SFT adapter
+    end = load_file(str(clpo / "adapters" / "final" / "central" / "adapter_model.safetensors"))
+    assert any(not torch.equal(end[k], start[k]) for k in start)  # the policy started there and moved
+    assert not (clpo / "adapters" / "final" / "ref_central").exists()
+    assert cli.main(args(tmp_path, tmp_path / "bad", "trainer.kl_reference=initial", "trainer.max_steps=1")) == 2

@@ -6,6 +6,9 @@
     selfevo run maestro trainer.optimizer=grpo                   # baselines: grpo | sft | none (prompt only)
     selfevo run maestro clpo.rank=false                          # ablation w/o L_rank (clpo.choice=false: w/o L_choice)
     selfevo eval benchmark=gsm8k setup=maestro_select central_adapter=runs/maestro/adapters/final/central
+    # the paper's pipeline: SFT, then CLPO from the SFT adapter with it (frozen) as the KL reference
+    selfevo run maestro trainer.optimizer=sft output_dir=runs/m-sft
+    selfevo run maestro model.init_adapters=runs/m-sft/adapters/final trainer.kl_reference=initial output_dir=runs/m
 
 Paper: arXiv 2511.06134 (``papers/004``), Sec. 3 (Eq. 1-8), App. C.1. One step: the step's questions run through
 the MAESTRO rounds (:mod:`selfevo.protocols.maestro`, the same program as ``selfevo eval
@@ -79,6 +82,7 @@ class Config(RunCfg):
 
     @staticmethod
     def check(cfg) -> None:
+        RunCfg.check(cfg)
         if cfg.protocol.central_mode != "select" and cfg.trainer.optimizer != "none":
             raise ConfigError(f"protocol.central_mode={cfg.protocol.central_mode} has no selection to train: use "
                               f"trainer.optimizer=none (got {cfg.trainer.optimizer})")

@@ -92,6 +92,7 @@ class Config(RunCfg):
 
     @staticmethod
     def check(cfg) -> None:
+        RunCfg.check(cfg)
         p = cfg.protocol
         if abs(p.w_plan + p.w_correct + p.w_format - 1) > 1e-9:
             raise ConfigError("protocol.w_plan + w_correct + w_format must be 1 (Eq. 11)")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -38,3 +39,16 @@ def add_agents(store: PolicyStore, names: list[str], backbones: list[str]) -> No
 
 def sampling(cfg: DictConfig) -> SamplingParams:
     return SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+
+
+def init_adapters(store: PolicyStore, agents: list[str], folder: str) -> list[str]:
+    """Load ``folder/<agent>`` (PEFT format, e.g. an SFT run's ``adapters/final``) into each agent that has one;
+    returns the agents loaded. None at all is a one-line :class:`ConfigError`."""
+    root = Path(folder)
+    loaded = [a for a in agents if (root / a / "adapter_model.safetensors").exists()]
+    if not loaded:
+        raise ConfigError(f"model.init_adapters: no adapter for any of {agents} in '{folder}' (looked for "
+                          f"{folder}/<agent>/adapter_model.safetensors)")
+    for agent in loaded:
+        store.load_adapter(agent, root / agent)
+    return loaded

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from selfevo.config import EngineCfg, ModelCfg, SamplingCfg, opt
+from selfevo.config import ConfigError, EngineCfg, ModelCfg, SamplingCfg, opt
 from selfevo.optimizers.trainer import TrainerCfg
 
 
@@ -55,3 +55,10 @@ class RunCfg:
     data: DataCfg = opt(DataCfg, "training tasks")
     eval: EvalCfg = opt(EvalCfg, "periodic held-out evaluation inside the loop")
     log: LogCfg = opt(LogCfg, "scalar logs beside metrics.jsonl")
+
+    @staticmethod
+    def check(cfg) -> None:
+        """Rules across the common sections (a recipe's own ``check`` calls this first)."""
+        if cfg.trainer.kl_reference == "initial" and not cfg.model.init_adapters:
+            raise ConfigError("trainer.kl_reference=initial needs model.init_adapters (the adapters to start from "
+                              "and keep as the reference)")

@@ -110,7 +110,6 @@ class Loop:
         self.cfg, self.dir = cfg, Path(cfg.output_dir)
         distributed.init()  # launched by torchrun: join the process group (a no-op in a single process)
         self.main = distributed.is_main()
-        self._rollout: dict = {}  # the last rollout's wall time and tokens, until reward_and_train logs them
         build.seed_everything(cfg.seed)
         t = cfg.trainer
         self.store = build.policy_store(cfg.model, lr=t.lr, micro_batch=t.micro_batch, max_grad_norm=t.max_grad_norm,
@@ -118,6 +117,11 @@ class Loop:
                                         optim_state_dtype=t.optim_state_dtype)
         self.agents = agents or [f"agent{i}" for i in range(cfg.agents)]
         build.add_agents(self.store, self.agents, list(cfg.model.backbones))
+        if cfg.model.init_adapters and not cfg.resume:
+            build.init_adapters(self.store, self.agents, cfg.model.init_adapters)
+        if t.kl_reference == "initial":  # frozen copies of the starting adapters (on resume: the checkpoint's)
+            for agent in self.agents:
+                self.store.add_reference(agent)
         self.first_step, self.state = self._start()
         distributed.barrier()  # every rank has read the checkpoint before rank 0 writes anything
         if self.main:
@@ -280,7 +284,7 @@ class Loop:
         every = self.cfg.trainer.save_adapters_every
         last = step == self.cfg.trainer.max_steps - 1
         if last or (every and (step + 1) % every == 0):
-            for agent in self.store.agents():
+            for agent in self.agents:
                 self.store.save_adapter(agent, self.dir / "adapters" / f"step_{step}" / agent)
                 if last:
                     self.store.save_adapter(agent, self.dir / "adapters" / "final" / agent)
@@ -288,7 +292,7 @@ class Loop:
     def _export_missing_final(self) -> None:
         """``adapters/final/<agent>`` from the restored checkpoint (its last step is ``max_steps - 1``) for every
         agent that has none: a run stopped early and resumed with a lower ``max_steps`` is complete at once."""
-        for agent in self.store.agents():
+        for agent in self.agents:
             final = self.dir / "adapters" / "final" / agent
             if not final.exists():
                 self.store.save_adapter(agent, final)

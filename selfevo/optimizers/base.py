@@ -99,10 +99,12 @@ def score(store: PolicyStore, agent: str | None, batch: SeqBatch, backbone: str 
 
 
 def reference_logprobs(store: PolicyStore, agent: str, batch: SeqBatch, cfg: TrainerCfg):
-    """(current, reference) log-probs when KL is used; (None, None) otherwise."""
+    """(current, reference) log-probs when KL is used; (None, None) otherwise. The reference is the agent's frozen
+    reference adapter when it has one (:meth:`PolicyStore.reference_of`), else the backbone with the adapter
+    disabled."""
     if cfg.kl_coef == 0:
         return None, None
-    return score(store, agent, batch), score(store, None, batch, store.agent_backbone[agent])
+    return score(store, agent, batch), score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
 
 
 def policy_step(store: PolicyStore, agent: str, batch: SeqBatch, advantages: torch.Tensor, cfg: TrainerCfg,

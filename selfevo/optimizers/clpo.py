@@ -129,7 +129,7 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
                   "reward": samples.rewards.float(), "decision": batch.extras.get("decision", batch.loss_mask),
                   "rationale": batch.extras.get("rationale", torch.zeros_like(batch.loss_mask))}
         if cfg.kl_coef:
-            extras["ref"] = score(store, None, batch, store.agent_backbone[agent])
+            extras["ref"] = score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
         batch = batch.with_extras(**extras).with_groups(gid)
         gen = torch.Generator().manual_seed(hash_seed(agent, store.versions[agent]))
         names = [str(k) for k in index]

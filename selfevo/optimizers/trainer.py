@@ -38,6 +38,9 @@ class TrainerCfg:
     mask_truncated: bool = opt(True, "leave completions cut by the token limit out of training (released code)")
     kl_coef: float = opt(0.0, "β: weight of the KL to the reference policy (adapter disabled)", ge=0)
     kl_estimator: str = opt("k1", "KL estimator", choices=("k1", "k2", "k3"))
+    kl_reference: str = opt("base", "the KL's reference policy: base (the backbone, adapter disabled) or initial "
+                                    "(each agent's starting adapter from model.init_adapters, kept frozen: MAESTRO's "
+                                    "SFT reference)", choices=("base", "initial"))
     kl_in_reward: bool = opt(True, "fold the KL into the return (CoMAS Eq. 9) instead of a loss term")
     clip_eps: float = opt(0.2, "PPO clip range ε", gt=0, lt=1)
     save_adapters_every: int = opt(0, "also export PEFT adapters every k steps (0: only at the end)", ge=0)

@@ -36,6 +36,13 @@ class LoraSettings:
     dropout: float = 0.0
     target_modules: str | list[str] = "all-linear"
 
+    @classmethod
+    def of(cls, config) -> "LoraSettings":
+        """The settings of an existing PEFT ``LoraConfig`` (its resolved target modules)."""
+        targets = config.target_modules
+        return cls(config.r, config.lora_alpha, config.lora_dropout,
+                   sorted(targets) if isinstance(targets, (set, frozenset)) else targets)
+
 
 @dataclass
 class Backbone:
@@ -71,6 +78,7 @@ class PolicyStore:
         self.agent_backbone: dict[str, str] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.versions: dict[str, int] = {}
+        self.references: dict[str, str] = {}  # agent -> its frozen reference adapter (:meth:`add_reference`)
 
     # ---- set-up -----------------------------------------------------------------------------------------------
     def backbone(self, name: str) -> Backbone:
@@ -109,6 +117,25 @@ class PolicyStore:
 
     def agents(self) -> list[str]:
         return list(self.agent_backbone)
+
+    def add_reference(self, agent: str) -> str:
+        """Freeze a copy of ``agent``'s adapter as it is now (adapter ``ref_<agent>``, same backbone and settings)
+        and make it the agent's KL reference (:meth:`reference_of`); it is saved and restored like any adapter and
+        never trained."""
+        ref = f"ref_{agent}"
+        bb = self.backbones[self.agent_backbone[agent]]
+        self.add_agent(ref, bb.name, LoraSettings.of(bb.model.peft_config[agent]))
+        params = dict(bb.model.named_parameters())
+        with torch.no_grad():
+            for name, p in params.items():
+                if f".{agent}." in name and "lora_" in name:
+                    params[name.replace(f".{agent}.", f".{ref}.")].copy_(p)
+        self.references[agent] = ref
+        return ref
+
+    def reference_of(self, agent: str) -> str | None:
+        """The agent's frozen reference adapter, or None: the backbone with adapters disabled."""
+        return self.references.get(agent)
 
     def adapter_params(self, agent: str) -> list[torch.nn.Parameter]:
         model = self.backbones[self.agent_backbone[agent]].model
