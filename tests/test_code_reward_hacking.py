@@ -231,6 +231,10 @@ HOSTILE = [
          "class B:\n    def __bool__(self):\n        return True\n"
          "def is_pos(fn, x):\n    b = B()\n    fn.__globals__['_selfevo_cmp'].__self__.constructed[id(b)] = b\n"
          "    return b"),
+    Case("judge-call-helper-constructs-for-program", lambda: asserts(
+        "def ident(v):\n    return v\nassert is_pos(ident, 4)\nassert is_pos(ident, 7)\n", "is_pos"),
+         "class B:\n    def __bool__(self):\n        return True\n"
+         "def is_pos(fn, x):\n    return fn.__globals__['_selfevo_call'](B)"),
     Case("harness-table-through-mappingproxy", lambda: asserts(SQUARE, "f"),
          "class Grab:\n    def __eq__(self, table):\n        table['Eq'] = lambda a, b: True\n        return True\n"
          "open.__globals__['_COMPARE_OPS'] == Grab()\ndef f(x):\n    return 0"),

@@ -971,10 +971,10 @@ class _Judge:
     The helpers are handed to test code, so a program given a test function can reach this object (``__globals__``,
     then ``__self__``), and can call them. So every entry the judge adds to ``test_classes`` or ``constructed``, and
     every refusal, is first told to the audit hook (``_VOUCH`` events), which keeps its own copy where no code can
-    reach it, and refuses an entry unless test code asked for it; after every step the tables are compared with
-    that copy (``library`` with a copy taken by :func:`_watch`) and restored. Its attributes are never rebound after
-    loading, so the harness snapshots them and its class (:func:`_watch`) and restores both after every step; its
-    methods are restored with the harness's classes.
+    reach it and refuses an entry (which is then not made) unless test code asked for it; after every step the
+    tables are compared with that copy (``library`` with a copy taken by :func:`_watch`) and restored. Its
+    attributes are never rebound after loading, so the harness snapshots them and its class (:func:`_watch`) and
+    restores both after every step; its methods are restored with the harness's classes.
     """
 
     __slots__ = ("library", "test_classes", "constructed", "entry_ids", "helpers")
@@ -1060,8 +1060,11 @@ class _Judge:
         if type(result) is function and id(function) not in self.entry_ids:
             if _class_offence(function, self.believed):  # remember it: it may be passed on and truth-tested
                 key = id(result)  # the same int object in both tables: they are compared by identity
-                _AUDIT(_VOUCH, "object", key, result)
-                self.constructed[key] = result
+                try:
+                    _AUDIT(_VOUCH, "object", key, result)
+                    self.constructed[key] = result
+                except AccessDenied:  # not asked by test code (e.g. a map(cls, ...) the program iterates)
+                    pass
             return result
         self.reduce(result, "returned")
         return result
@@ -1076,8 +1079,11 @@ class _Judge:
         """``_selfevo_trust``: believe a class the test code defines (while its namespace is unmodified)."""
         if isinstance(cls, type):
             key, entry = id(cls), (cls, _fingerprint(_TYPE_DICT(cls)))
-            _AUDIT(_VOUCH, "class", key, entry)
-            self.test_classes[key] = entry
+            try:
+                _AUDIT(_VOUCH, "class", key, entry)
+                self.test_classes[key] = entry
+            except AccessDenied:  # not asked by test code: not believed
+                pass
         return cls
 
 
