@@ -72,6 +72,7 @@ SQUARE_PYTEST = ("from solution import f\n\ndef test_small():\n    assert f(3) =
                  "def test_negative():\n    assert f(-2) == 4\n")
 ROOT = ("assert abs(root(4) - 2.0) < 1e-9\nassert abs(root(9) - 3.0) < 1e-9\n"
         "assert abs(root(2) - 1.4142135623730951) < 1e-9\n")
+CALLBACK = "def ident(v):\n    return v\nassert apply(ident, 3) == 3\nassert apply(ident, 4) == 4\n"
 ANY = ("class Any:\n    def __eq__(self, other):\n        return True\n"
        "    def __ne__(self, other):\n        return False\n"
        "    __hash__ = object.__hash__\n")
@@ -215,6 +216,32 @@ HOSTILE = [
          "    class Lenient(type(judge)):\n        __slots__ = ()\n"
          "        def reduce(self, value, purpose):\n            return value\n"
          "    judge.__class__ = Lenient\n    return Any()"),
+    Case("judge-table-mutated-in-place", lambda: asserts(CALLBACK, "apply"),
+         ANY + "def apply(fn, x):\n    judge = fn.__globals__['_selfevo_cmp'].__self__\n"
+         "    judge.library[id(Any)] = (Any, (tuple(map(id, Any.__dict__)), tuple(map(id, Any.__dict__.values()))))\n"
+         "    return Any()"),
+    Case("judge-test-classes-mutated-in-place", lambda: asserts(CALLBACK, "apply"),
+         ANY + "def apply(fn, x):\n    judge = fn.__globals__['_selfevo_cmp'].__self__\n"
+         "    judge.test_classes[id(Any)] = (Any, (tuple(map(id, Any.__dict__)), "
+         "tuple(map(id, Any.__dict__.values()))))\n    return Any()"),
+    Case("judge-trust-called-by-program", lambda: asserts(CALLBACK, "apply"),
+         ANY + "def apply(fn, x):\n    fn.__globals__['_selfevo_trust'](Any)\n    return Any()"),
+    Case("judge-constructed-mutated-in-place", lambda: asserts(
+        "def ident(v):\n    return v\nassert is_pos(ident, 4)\nassert is_pos(ident, 7)\n", "is_pos"),
+         "class B:\n    def __bool__(self):\n        return True\n"
+         "def is_pos(fn, x):\n    b = B()\n    fn.__globals__['_selfevo_cmp'].__self__.constructed[id(b)] = b\n"
+         "    return b"),
+    Case("judge-call-helper-constructs-for-program", lambda: asserts(
+        "def ident(v):\n    return v\nassert is_pos(ident, 4)\nassert is_pos(ident, 7)\n", "is_pos"),
+         "class B:\n    def __bool__(self):\n        return True\n"
+         "def is_pos(fn, x):\n    return fn.__globals__['_selfevo_call'](B)"),
+    Case("harness-table-through-mappingproxy", lambda: asserts(SQUARE, "f"),
+         "class Grab:\n    def __eq__(self, table):\n        table['Eq'] = lambda a, b: True\n        return True\n"
+         "open.__globals__['_COMPARE_OPS'] == Grab()\ndef f(x):\n    return 0"),
+    Case("harness-limits-through-guard-closure", lambda: asserts("assert f(3) == 9\n", "f"),
+         "import time\nfor cell in open.__closure__:\n    if hasattr(cell.cell_contents, 'limits'):\n"
+         "        cell.cell_contents.limits['unit_s'] = 60.0\n"
+         "def f(x):\n    time.sleep(2.5)\n    return x * x"),
     Case("caller-frame-globals", lambda: asserts(ROOT, "root"),
          "import sys\ndef root(x):\n    sys._getframe(1).f_globals['abs'] = lambda v: 0\n    return 7.0"),
     Case("traceback-frame-globals", lambda: asserts(ROOT, "root"),

@@ -649,10 +649,10 @@ def _wrap_path_ops(module, inside, refuse) -> None:
 
 _H_CMP, _H_CHAIN, _H_TRUTH, _H_CALL, _H_CTX, _H_TRUST = ("_selfevo_cmp", "_selfevo_chain", "_selfevo_truth",
                                                         "_selfevo_call", "_selfevo_ctx", "_selfevo_trust")
+_AUDIT, _VOUCH = sys.audit, "selfevo.vouch"  # how the judge tells the audit hook what it believes (see the hook)
 _FRAME_BOUND_CALLS = frozenset({"super", "locals", "vars", "globals", "dir", "eval", "exec", "breakpoint"})
-_AST_OPS = types.MappingProxyType({ast.Eq: "Eq", ast.NotEq: "NotEq", ast.Lt: "Lt", ast.LtE: "LtE", ast.Gt: "Gt",
-                                   ast.GtE: "GtE", ast.Is: "Is", ast.IsNot: "IsNot", ast.In: "In",
-                                   ast.NotIn: "NotIn"})
+_AST_OPS = {ast.Eq: "Eq", ast.NotEq: "NotEq", ast.Lt: "Lt", ast.LtE: "LtE", ast.Gt: "Gt", ast.GtE: "GtE", ast.Is: "Is",
+            ast.IsNot: "IsNot", ast.In: "In", ast.NotIn: "NotIn"}
 _MAX_DEPTH = 200  # nesting depth of a value the harness will reduce to plain data
 _PLAIN_BUDGET = 5_000_000  # objects the harness will inspect in one value
 _SCALAR_TYPES = (type(None), bool, int, float, complex, str, bytes)
@@ -660,12 +660,12 @@ _SCALAR_IDS = frozenset(map(id, _SCALAR_TYPES))
 _CONTAINER_IDS = frozenset(map(id, (list, tuple, dict, set, frozenset, bytearray)))
 _VALUE_BASES = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
 _VALUE_BASE_IDS = frozenset(map(id, _VALUE_BASES))
-_AS_BASE = types.MappingProxyType({  # an instance of a subclass -> the plain value of its built-in base (C code)
+_AS_BASE = {  # an instance of a subclass -> the plain value of its built-in base (C code)
     id(int): int.__index__, id(float): float.__pos__, id(complex): complex.__pos__, id(str): str.__str__,
     id(bytes): lambda v: bytes(memoryview(v)), id(bytearray): lambda v: bytearray(memoryview(v)),
     id(list): lambda v: list(list.__iter__(v)), id(tuple): lambda v: tuple(tuple.__iter__(v)),
     id(dict): lambda v: dict(dict.items(v)), id(set): lambda v: set(set.__iter__(v)),
-    id(frozenset): lambda v: frozenset(frozenset.__iter__(v))})
+    id(frozenset): lambda v: frozenset(frozenset.__iter__(v))}
 _TYPE_DICT = type.__dict__["__dict__"].__get__  # a class's real namespace, whatever its metaclass claims
 _TYPE_MRO = type.__dict__["__mro__"].__get__
 _TYPE_FLAGS = type.__dict__["__flags__"].__get__
@@ -687,9 +687,9 @@ _OPAQUE_CONTAINER_IDS = frozenset(map(id, (
     __import__("weakref").CallableProxyType)))
 _ZONED_IDS = frozenset(map(id, (__import__("datetime").datetime, __import__("datetime").time)))  # may carry a tzinfo
 _PROXY_IDS = frozenset(map(id, (__import__("weakref").ProxyType, __import__("weakref").CallableProxyType)))
-_COMPARE_OPS = types.MappingProxyType({
+_COMPARE_OPS = {
     "Eq": operator.eq, "NotEq": operator.ne, "Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt,
-    "GtE": operator.ge, "In": lambda a, b: operator.contains(b, a), "NotIn": lambda a, b: not operator.contains(b, a)})
+    "GtE": operator.ge, "In": lambda a, b: operator.contains(b, a), "NotIn": lambda a, b: not operator.contains(b, a)}
 
 
 # Special methods and attributes that cannot make a value lie about what it is (construction, display, pickling,
@@ -965,23 +965,25 @@ class _Judge:
     ``library``: id -> (class, fingerprint of its namespace) for classes that existed before the program ran;
     ``test_classes``: the same for classes the test code defines (filled by ``_selfevo_trust``); ``constructed``:
     objects the test code made by calling a class the program wrote (id -> object); ``entry_ids``: ids of the task's
-    entry points (calling one never counts as constructing an object); ``refusals``: a one-item list counting refused
-    values; ``helpers``: name -> bound method, for the test namespace.
+    entry points (calling one never counts as constructing an object); ``helpers``: name -> bound method, for the
+    test namespace.
 
     The helpers are handed to test code, so a program given a test function can reach this object (``__globals__``,
-    then ``__self__``). Its attributes are never rebound after ``__init__``, so the harness snapshots them and its
-    class after loading (:func:`_watch`) and restores both after every step; its methods are restored with the
-    harness's classes.
+    then ``__self__``), and can call them. So every entry the judge adds to ``test_classes`` or ``constructed``, and
+    every refusal, is first told to the audit hook (``_VOUCH`` events), which keeps its own copy where no code can
+    reach it and refuses an entry (which is then not made) unless test code asked for it; after every step the
+    tables are compared with that copy (``library`` with a copy taken by :func:`_watch`) and restored. Its
+    attributes are never rebound after loading, so the harness snapshots them and its class (:func:`_watch`) and
+    restores both after every step; its methods are restored with the harness's classes.
     """
 
-    __slots__ = ("library", "test_classes", "constructed", "entry_ids", "refusals", "helpers")
+    __slots__ = ("library", "test_classes", "constructed", "entry_ids", "helpers")
 
     def __init__(self, library: dict):
         self.library = library
         self.test_classes: dict[int, tuple] = {}
         self.constructed: dict[int, object] = {}
-        self.entry_ids: set[int] = set()
-        self.refusals = [0]
+        self.entry_ids: frozenset[int] = frozenset()
         self.helpers = {_H_CMP: self.compare, _H_CHAIN: self.chain, _H_TRUTH: self.truth, _H_CALL: self.call,
                         _H_CTX: self.ctx, _H_TRUST: self.trust}
 
@@ -991,8 +993,8 @@ class _Judge:
         return entry is not None and entry[0] is klass and _fingerprint(_TYPE_DICT(klass)) == entry[1]
 
     def refuse(self, message: str):
-        """Count a refusal and raise :class:`UntrustedValue`."""
-        self.refusals[0] += 1
+        """Count a refusal (in the audit hook, where the program cannot uncount it); raise :class:`UntrustedValue`."""
+        _AUDIT(_VOUCH, "refusal", 0, None)
         raise UntrustedValue(message)
 
     def reduce(self, value, purpose: str):
@@ -1057,7 +1059,12 @@ class _Judge:
                 from None
         if type(result) is function and id(function) not in self.entry_ids:
             if _class_offence(function, self.believed):  # remember it: it may be passed on and truth-tested
-                self.constructed[id(result)] = result
+                key = id(result)  # the same int object in both tables: they are compared by identity
+                try:
+                    _AUDIT(_VOUCH, "object", key, result)
+                    self.constructed[key] = result
+                except AccessDenied:  # not asked by test code (e.g. a map(cls, ...) the program iterates)
+                    pass
             return result
         self.reduce(result, "returned")
         return result
@@ -1071,7 +1078,12 @@ class _Judge:
     def trust(self, cls):
         """``_selfevo_trust``: believe a class the test code defines (while its namespace is unmodified)."""
         if isinstance(cls, type):
-            self.test_classes[id(cls)] = (cls, _fingerprint(_TYPE_DICT(cls)))
+            key, entry = id(cls), (cls, _fingerprint(_TYPE_DICT(cls)))
+            try:
+                _AUDIT(_VOUCH, "class", key, entry)
+                self.test_classes[key] = entry
+            except AccessDenied:  # not asked by test code: not believed
+                pass
         return cls
 
 
@@ -1173,26 +1185,30 @@ class _Reduction:
 # parameters after the documented ones, never passed), evaluated when this file is loaded. The audit hook refuses to
 # replace a harness function's ``__defaults__`` (a tuple) or ``__code__``; keyword-only defaults would not do, as
 # ``__kwdefaults__`` is a dict code could edit in place. The snapshot is a ``SimpleNamespace`` (a C type nothing can
-# patch) held only in ``_run_all``'s locals, which no code can reach (frames are refused).
+# patch) held only in ``_run_all``'s locals and the audit hook's closure, which no code can reach (frames are
+# refused). The harness's tables are plain dicts, restored like the rest: a ``MappingProxyType`` would not protect
+# them, as comparing one hands the dict inside to the other operand's ``__eq__``.
 
 _CORE_MODULES = frozenset({"builtins", "sys", "os", "posix", "io", "_io", "signal", "time", "math", "json",
                            "json.encoder", "_json", "decimal", "_decimal", "threading", "_thread", "operator",
                            "collections", "types", "ast", "gc"})
-_QUIET_KEYS = types.MappingProxyType({  # restored, but changing them is ordinary (not reported)
+_QUIET_KEYS = {  # restored, but changing them is ordinary (not reported)
     "sys": frozenset({"stdout", "stderr", "stdin", "argv", "last_type", "last_value", "last_traceback", "ps1",
                       "ps2", "__warningregistry__", "__annotations__"}),
-    "": frozenset({"__warningregistry__", "__annotations__"})})
+    "": frozenset({"__warningregistry__", "__annotations__"})}
 _LAZY_CLASS_KEYS = frozenset({"__annotations__"})  # reading ``cls.__annotations__`` creates it (Python < 3.14)
 
 
-def _take_snapshot(harness: dict) -> types.SimpleNamespace:
+def _take_snapshot(harness: dict, state: _HarnessState) -> types.SimpleNamespace:
     """Record, now (before the program runs), every module's namespace, every class they define, the harness's
-    globals (``harness``) and classes, ``sys.modules``, signal handlers, import hooks and the number of threads.
+    globals (``harness``), tables (its dicts, the job's limits and ``state``) and classes, ``sys.modules``, signal
+    handlers, import hooks and the number of threads.
 
     ``library`` (id -> (class, fingerprint of its namespace)) is what the judge believes; ``functions`` holds the
     ids of the functions that exist now (the audit hook fixes their code and defaults); ``watched`` is filled by
-    :func:`_watch`; ``compromised`` holds why every later step fails, once a thread outlived a step.
-    """
+    :func:`_watch`; ``compromised`` holds why every later step fails, once a thread outlived a step;
+    ``classes_vouched``, ``objects_vouched`` and ``refusals`` are the audit hook's copies of what the judge believes
+    (see :class:`_Judge`)."""
     modules, library = _snapshot_modules()
     harness_classes = _snapshot_harness_classes(harness, library)
     classes = [[cls, dict(_TYPE_DICT(cls)), _fingerprint(_TYPE_DICT(cls))] for cls, _ in library.values()]
@@ -1202,7 +1218,17 @@ def _take_snapshot(harness: dict) -> types.SimpleNamespace:
         functions=_existing_functions(namespaces), harness=[harness, dict(harness), _fingerprint(harness)],
         saved_modules={entry[0]: entry[1] for entry in modules}, handlers=_signal_handlers(),
         meta_path=sys.meta_path, saved_meta_path=list(sys.meta_path), path_hooks=sys.path_hooks,
-        saved_path_hooks=list(sys.path_hooks), threads=_thread._count(), watched=[], compromised=[""])
+        saved_path_hooks=list(sys.path_hooks), threads=_thread._count(), watched=[], compromised=[""],
+        tables=_harness_tables(harness, state), classes_vouched={}, objects_vouched={}, refusals=[0])
+
+
+def _harness_tables(harness: dict, state: _HarnessState) -> list:
+    """``(name, table, saved copy)`` for every dict among the harness's globals (``_COMPARE_OPS``, ``_AS_BASE``,
+    ``_STEP_RUNNERS``...), the job's limits and ``state``'s attributes: code reaching the harness (through any of
+    its functions' ``__globals__`` or closures) could change them in place."""
+    tables = [(name, value) for name, value in harness.items() if type(value) is dict and name != "__builtins__"]
+    tables += [("limits", state.limits), ("state", vars(state))]
+    return [(name, table, dict(table)) for name, table in tables]
 
 
 def _snapshot_modules() -> tuple[list, dict]:
@@ -1325,6 +1351,15 @@ def _restore_class(entry, fingerprint=_fingerprint, type_dict=_TYPE_DICT, listed
     return changed
 
 
+def _restore_table(table, saved, fingerprint=_fingerprint) -> bool:
+    """Make the dict ``table`` (keys of any type) equal to ``saved`` again; return whether it differed."""
+    if fingerprint(table) == fingerprint(saved):
+        return False
+    table.clear()
+    table.update(saved)
+    return True
+
+
 def _threads_problem(snapshot, count_threads=_thread._count, now=time.monotonic, sleep=time.sleep) -> str:
     """Why every step from now on fails: a thread the program started still runs 0.2 s after a step ("" if none)."""
     compromised = snapshot.compromised
@@ -1357,11 +1392,12 @@ def _reset_process_hooks(snapshot, timers=(signal.ITIMER_REAL, signal.ITIMER_VIR
     snapshot.path_hooks[:] = snapshot.saved_path_hooks
 
 
-def _restore_watched(snapshot, restore=_restore_namespace, kind_of=type, set_class=object.__setattr__) -> str:
+def _restore_watched(snapshot, restore=_restore_namespace, restore_table=_restore_table, kind_of=type,
+                     set_class=object.__setattr__) -> str:
     """Restore what :func:`_watch` added: the helpers' names in the test namespace, the tests' builtins, the judge's
-    class and attributes; return the first change ("" if none)."""
+    class, attributes and tables; return the first change ("" if none)."""
     problem = ""
-    for namespace, names, builtins_entry, judge, judge_class, slots in snapshot.watched:
+    for namespace, names, builtins_entry, judge, judge_class, slots, tables in snapshot.watched:
         for name, value in names.items():
             if namespace.get(name) is not value:
                 namespace[name] = value
@@ -1379,12 +1415,16 @@ def _restore_watched(snapshot, restore=_restore_namespace, kind_of=type, set_cla
             if not same:
                 problem = problem or "the program changed a test helper's code"
                 slot.__set__(judge, value)
+        for name, table, saved in tables:
+            if restore_table(table, saved):
+                problem = problem or f"the program changed a test helper's table ({name})"
     return problem
 
 
 def _check_integrity(snapshot, scope: str, threads_problem=_threads_problem, reset_process_hooks=_reset_process_hooks,
-                     restore=_restore_namespace, restore_class=_restore_class, restore_watched=_restore_watched,
-                     ident=id, core=_CORE_MODULES, quiet_keys=_QUIET_KEYS, modules_dict=sys.modules) -> str:
+                     restore=_restore_namespace, restore_class=_restore_class, restore_table=_restore_table,
+                     restore_watched=_restore_watched, ident=id, core=_CORE_MODULES, quiet_keys=_QUIET_KEYS,
+                     modules_dict=sys.modules) -> str:
     """Restore everything the snapshot holds; return the first change that could affect a verdict ("" if none).
 
     ``scope`` "full" (after test code: everything is checked), "core" (after a call or stdin/stdout step: the harness
@@ -1396,6 +1436,9 @@ def _check_integrity(snapshot, scope: str, threads_problem=_threads_problem, res
     harness = snapshot.harness
     changed = restore(harness[0], harness[1], harness)
     problem = problem or (changed and f"the program changed the test harness ({changed})")
+    for name, table, saved in snapshot.tables:
+        if restore_table(table, saved):
+            problem = problem or f"the program changed the test harness ({name})"
     for entry in snapshot.classes:
         ours = ident(entry[0]) in snapshot.harness_classes
         if ours or scope != "core":
@@ -1423,22 +1466,27 @@ def _check_integrity(snapshot, scope: str, threads_problem=_threads_problem, res
 def _watch(snapshot, namespace: dict, judge: _Judge, builtins_dict: dict, fingerprint=_fingerprint, copy=dict,
            kind_of=type, type_dict=_TYPE_DICT) -> None:
     """From now on, also restore after every test step (and report changes to) the judge's helpers in the test
-    ``namespace``, the tests' builtins ``builtins_dict``, and the judge's class and attributes (a program handed a
-    test function reaches it through ``__globals__``, then a helper's ``__self__``)."""
+    ``namespace``, the tests' builtins ``builtins_dict``, and the judge's class, attributes and tables (a program
+    handed a test function reaches it through ``__globals__``, then a helper's ``__self__``): ``library`` against a
+    copy taken now, ``test_classes`` and ``constructed`` against the audit hook's copies."""
     judge_class = kind_of(judge)
     slots = [(type_dict(judge_class)[name], type_dict(judge_class)[name].__get__(judge))
              for name in type_dict(judge_class)["__slots__"]]
     entry = [builtins_dict, copy(builtins_dict), fingerprint(builtins_dict)]
+    tables = [("library", judge.library, copy(judge.library)),
+              ("test_classes", judge.test_classes, snapshot.classes_vouched),
+              ("constructed", judge.constructed, snapshot.objects_vouched)]
     snapshot.watched.append((namespace, copy(judge.helpers, __builtins__=builtins_dict), entry, judge, judge_class,
-                             slots))
+                             slots, tables))
 
 
-def _install_audit_hook(protected: set) -> None:
+def _install_audit_hook(protected: set, snapshot, test_codes: frozenset) -> None:
     """From now on refuse what would let code reach the harness's own state: frames (the call stack leads to the
     harness's locals, the result channel among them), the garbage collector's object lists, tracing and profiling,
     more audit hooks, ctypes, opening files on /proc (process memory), and rebinding the code or defaults of a
     function that existed before the program ran (``protected``: ids of library and harness functions) or of test
-    code. The hook is a closure on purpose: no API hands an audit hook back, so what it holds is out of reach."""
+    code; and keep what the judge vouches for in ``snapshot`` (:func:`_voucher`). The hook is a closure on purpose:
+    no API hands an audit hook back, so what it holds is out of reach."""
     denied_events = frozenset({"sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.settrace",
                                "sys.setprofile", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
                                "sys.addaudithook", "sys._getframemodulename"})
@@ -1460,8 +1508,17 @@ def _install_audit_hook(protected: set) -> None:
         proc_device = os.stat("/proc/self").st_dev
     except OSError:
         proc_device = None
+    vouch, vouch_event, reading, current_thread = _voucher(snapshot, test_codes), _VOUCH, [None], _thread.get_ident
 
     def hook(event, args):
+        if reading[0] == current_thread():  # the hook itself, reading frames in ``vouch``
+            return
+        if event == vouch_event:
+            reading[0] = current_thread()
+            try:
+                return vouch(*args)
+            finally:
+                reading[0] = None
         if event in denied_events:
             raise denied(f"{event} is not allowed in the sandbox")
         if event == "object.__getattr__":
@@ -1486,6 +1543,44 @@ def _install_audit_hook(protected: set) -> None:
             raise denied(f"{event} is not allowed in the sandbox")
 
     sys.addaudithook(hook)
+
+
+def _voucher(snapshot, test_codes: frozenset):
+    """The audit hook's handler of ``_VOUCH`` events ``(what, key, value)``, raised by the judge: count a refusal
+    (``what`` "refusal"), or record a class the test code defines ("class", from ``trust``) or an object it
+    constructed ("object", from ``call``) in ``snapshot``'s copies, against which the judge's tables are checked after
+    every step. A class or object is refused (``AccessDenied``) unless test code (``test_codes``: ids of its code
+    objects) called the helper: directly, or for ``call`` through the judge's ``map``/``filter`` wrapper, iterated by
+    test code or by a judge ``call``. The handler reads frames (the hook lets it) and runs no code a program wrote."""
+    methods = _TYPE_DICT(_Judge)
+    call_code = methods["call"].__code__
+    helper_codes = {"class": methods["trust"].__code__, "object": call_code}
+    wrapper_ids = frozenset(id(c) for c in call_code.co_consts if type(c) is types.CodeType)
+    getframe, ident, kind_of, text, denied = sys._getframe, id, type, str, AccessDenied
+    vouched = {"class": snapshot.classes_vouched, "object": snapshot.objects_vouched}
+
+    def asked_by_tests(helper_code) -> bool:
+        frame = getframe(3)  # this function, vouch, the hook, then the judge's helper
+        if frame.f_code is not helper_code:
+            return False
+        frame = frame.f_back
+        while helper_code is call_code and frame is not None and ident(frame.f_code) in wrapper_ids:
+            frame = frame.f_back  # a map/filter wrapper: the frame iterating the map (a judge call, or test code)
+            if frame is not None and frame.f_code is call_code:
+                frame = frame.f_back
+        return frame is not None and ident(frame.f_code) in test_codes
+
+    def vouch(what, key, value) -> None:
+        if kind_of(what) is not text or (what != "refusal" and what not in vouched):
+            raise denied("unknown judge event")
+        if what == "refusal":
+            snapshot.refusals[0] += 1
+        elif asked_by_tests(helper_codes[what]):
+            vouched[what][key] = value
+        else:
+            raise denied(f"only test code may ask the judge to believe a {what}")
+
+    return vouch
 
 
 # ---- running steps -----------------------------------------------------------------------------------------------
@@ -1542,12 +1637,13 @@ def _run_all(config: dict, state: _HarnessState, emit) -> None:
     if needs_module:
         _preimport(imported, limits)
     sys.modules["__main__"] = types.ModuleType("__main__")  # the harness's module is not the program's to patch
-    snapshot = _take_snapshot(globals())
+    snapshot = _take_snapshot(globals(), state)
     judge = _Judge(snapshot.library)
     check, watch, run_step, build_namespace, scopes = _check_integrity, _watch, _run_step, _test_namespace, \
         ["full" if step["kind"] in ("exec", "pytest") else "core" for step in steps]
-    refusals, pairs, text_of, rounded = judge.refusals, list(enumerate(steps)), str, round
-    _install_audit_hook(snapshot.functions)
+    refusals, pairs, text_of, rounded = snapshot.refusals, list(enumerate(steps)), str, round
+    _install_audit_hook(snapshot.functions, snapshot, _code_ids([step["compiled"] for step in steps
+                                                                 if "compiled" in step]))
     namespace = None
     if code is not None and needs_module:
         module, load_error = _load_module(code, config["workdir"], limits)
@@ -1558,7 +1654,7 @@ def _run_all(config: dict, state: _HarnessState, emit) -> None:
             namespace = build_namespace(module, trusted, builtins_dict, judge.helpers, keep)
             for step in steps:
                 step["keep"] = keep
-            judge.entry_ids.update(id(namespace[name]) for name in keep if name in namespace)
+            judge.entry_ids = frozenset(id(namespace[name]) for name in keep if name in namespace)
             watch(snapshot, namespace, judge, builtins_dict)
     emit({"t": "load", "ok": not load_error, "err": load_error})
     for index, step in pairs:
@@ -1570,6 +1666,18 @@ def _run_all(config: dict, state: _HarnessState, emit) -> None:
         elif ok and refusals[0] != before:
             ok, err = False, "a value was refused during the test (and the refusal caught)"
         emit({"t": "step", "i": index, "ok": ok, "err": text_of(err)[:500], "ms": rounded(ms, 3)})
+
+
+def _code_ids(codes: list) -> frozenset:
+    """Ids of the code objects ``codes`` and of every code object nested in them (functions, class bodies, lambdas,
+    comprehensions): the test code, for the audit hook."""
+    found, stack = set(), list(codes)
+    while stack:
+        code = stack.pop()
+        if id(code) not in found:
+            found.add(id(code))
+            stack.extend(const for const in code.co_consts if type(const) is types.CodeType)
+    return frozenset(found)
 
 
 def _compile_program(program: str, prefix: str):
@@ -1793,7 +1901,7 @@ def _exec_main(code, builtins_module) -> None:
         sys.stdout.flush()
 
 
-_STEP_RUNNERS = types.MappingProxyType({"exec": _run_exec, "pytest": _run_pytest, "call": _run_call})
+_STEP_RUNNERS = {"exec": _run_exec, "pytest": _run_pytest, "call": _run_call}
 
 
 # ---- oracles of call and io steps -------------------------------------------------------------------------------
