@@ -341,3 +341,16 @@ def test_slate_reward_of_a_code_candidate_is_pass_at_1_like_coverage():
     res = REWARD_SOURCES.get("slate")()([ep])
     assert res.rewards == [{1: 0.0}] and res.metrics["coverage"] == 0.0
     assert REWARD_SOURCES.get("slate")(binary=False)([ep]).rewards == [{1: 0.5}]
+
+
+def test_slate_rationale_weight_mixes_eq_5_rationale_quality_into_the_reward():
+    from selfevo.roles.maestro import Selection
+
+    sel = Selection(1, "Candidate 2 gets 2 while Candidate 1 says 3, so the second one is right.", "2")
+    ep = slate_episode(1)
+    ep.turns[3].parsed = ok(sel)
+    assert REWARD_SOURCES.get("slate")()([ep]).rewards == [{3: 1.0}]  # default: correctness only
+    mixed = REWARD_SOURCES.get("slate")(rationale_weight=0.5)([ep]).rewards
+    assert mixed == [{3: pytest.approx(0.5 * 1.0 + 0.5 * 1.0)}]  # all four attributes hold
+    ep.turns[3].parsed = ok(Selection(1, "Candidate 2.", "2"))  # names its pick only: 1 of 4
+    assert REWARD_SOURCES.get("slate")(rationale_weight=0.5)([ep]).rewards == [{3: pytest.approx(0.5 + 0.5 * 0.25)}]

@@ -134,3 +134,18 @@ def test_sage_solver_reward():
 
 def test_sage_critic_reward():
     assert W.sage_critic_reward(0.75) == 0.75
+
+
+# ---- MAESTRO Eq. 5: the optional rationale-quality term ----------------------------------------------------------
+def test_rationale_attributes_by_hand():
+    from selfevo.rewards.formulas import maestro_reward, rationale_attributes
+
+    full = "Candidate 2 adds 3 and 4 to get 7, while Candidate 1 forgets to carry the one."
+    assert rationale_attributes(full, 2, "7") == 1.0  # names its pick, compares, states 7, 16 words
+    assert rationale_attributes("Candidate 2 is right.", 2, "7") == 0.25  # names its pick only
+    assert rationale_attributes("I think so, it is 7 for sure and fine.", 2, "7") == 0.5  # answer, 10 words
+    assert rationale_attributes("", 2, "7") == 0.0 and rationale_attributes("Candidate 1 no", 2, None) == 0.25
+    assert rationale_attributes("Candidate 2.", 2, "2") == 0.25  # the 2 of "Candidate 2" is not the answer
+    assert maestro_reward(1.0, 0.25, 0.0) == 1.0  # weight 0: correctness alone
+    assert maestro_reward(1.0, 0.25, 0.2) == pytest.approx(0.8 + 0.05)
+    assert maestro_reward(0.0, 1.0, 0.2) == pytest.approx(0.2)

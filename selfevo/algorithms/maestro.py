@@ -58,6 +58,9 @@ class MaestroProtocolCfg(RoundsCfg):
 @dataclass
 class MaestroRewardCfg:
     on_parse_failure: float = opt(0.0, "reward of a central sample whose choice does not parse", ge=-1, le=1)
+    rationale_weight: float = opt(0.0, "Eq. 5's optional rationale-quality term: reward (1 - w)·correct + w·attribute "
+                                       "score of the rationale (selfevo's four checks; 0: correctness only)",
+                                  ge=0, le=1)
 
 
 @dataclass
@@ -168,7 +171,8 @@ def reward_source(cfg):
     """The slate reward of the central samples (metrics under ``samples``) and, when the executors train, their
     candidates' verifier reward (``executor_accuracy``)."""
     central = build_sources([{"name": "slate", "role": "central_sample", "credit_refs": ["rationale"],
-                              "on_parse_failure": cfg.reward.on_parse_failure}])
+                              "on_parse_failure": cfg.reward.on_parse_failure,
+                              "rationale_weight": cfg.reward.rationale_weight}])
     if not cfg.protocol.train_executors:
         return labelled(central, section="samples")
     executors = build_sources([{"name": "verifier", "roles": ["execution"]}])

@@ -26,6 +26,7 @@ Discrepancies found in the SAGE paper and how they are resolved here:
 from __future__ import annotations
 
 import math
+import re
 from typing import Iterable, Mapping, Sequence
 
 
@@ -33,6 +34,7 @@ __all__ = [
     "comas_rewards", "support_ratio", "verdict_agreement",
     "sage_norm", "soft_format_reward", "sage_difficulty", "sage_challenger_reward", "sage_plan_gate",
     "sage_planner_reward", "sage_solver_reward", "sage_critic_reward",
+    "rationale_attributes", "maestro_reward",
 ]
 
 # --------------------------------------------------------------------------------------------------------------
@@ -171,3 +173,30 @@ def sage_solver_reward(s_gt: float, r_f: float, s_p: float | None = None, beta: 
 def sage_critic_reward(r_f: float) -> float:
     """SAGE Eq. 13: the Critic is rewarded for format only, ``r_cr = r_f(o_cr)``."""
     return float(r_f)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# MAESTRO
+# --------------------------------------------------------------------------------------------------------------
+
+_CANDIDATE_REF = re.compile(r"\bcandidate\s*#?\s*(\d+)", re.IGNORECASE)
+
+
+def rationale_attributes(reason: str, chosen: int, final: str | None) -> float:
+    """Rationale quality in [0, 1] for MAESTRO Eq. 5's optional term ("rationale quality assessed via reasoning
+    attributes"; the paper names no attribute, so these four are this toolkit's): the share of (1) the rationale
+    names the chosen candidate (``Candidate <chosen>``, 1-based as displayed), (2) it names another candidate (it
+    compares), (3) it states the chosen final answer (outside a candidate's number), (4) it has at least 8 words. An empty rationale scores 0."""
+    words = reason.split()
+    if not words:
+        return 0.0
+    named = {int(n) for n in _CANDIDATE_REF.findall(reason)}
+    stated = bool(final) and final in _CANDIDATE_REF.sub(" ", reason)  # not the "2" of "Candidate 2"
+    checks = [chosen in named, bool(named - {chosen}), stated, len(words) >= 8]
+    return sum(checks) / len(checks)
+
+
+def maestro_reward(correct: float, rationale: float, weight: float = 0.0) -> float:
+    """MAESTRO Eq. 5's unified reward: ``(1 - weight) * correct + weight * rationale`` (``weight`` 0: correctness
+    of the endorsed candidate alone, selfevo's default)."""
+    return (1.0 - weight) * correct + weight * rationale

@@ -28,7 +28,8 @@ from typing import Callable, Mapping, Sequence
 
 from selfevo.interaction.episodes import Episode, Turn
 from selfevo.registry import Registry
-from selfevo.rewards.formulas import comas_rewards, sage_norm, soft_format_reward, support_ratio, verdict_agreement
+from selfevo.rewards.formulas import (comas_rewards, maestro_reward, rationale_attributes, sage_norm,
+                                      soft_format_reward, support_ratio, verdict_agreement)
 from selfevo.verifiers import get_verifier, verify
 from selfevo.verifiers.voting import answer_equivalence, majority_vote
 
@@ -232,7 +233,7 @@ def critic_score(role: str = "critic", ref: str = "target", one_is_min: bool = F
 
 @REWARD_SOURCES.register("slate")
 def slate_source(role: str = "selector", on_parse_failure: float | None = 0.0,
-                 credit_refs: Sequence[str] = (), binary: bool = True) -> RewardSource:
+                 credit_refs: Sequence[str] = (), binary: bool = True, rationale_weight: float = 0.0) -> RewardSource:
     """Listwise slate reward: the candidates a selector turn saw (``refs["candidate_k"]``, k = 0..K-1) are verified
     against the task (each candidate turn once, however many selector turns share it); the selector's reward is its
     chosen candidate's (``parsed.value``: the 0-based index, or an object with an ``index``, e.g. MAESTRO's
@@ -240,7 +241,9 @@ def slate_source(role: str = "selector", on_parse_failure: float | None = 0.0,
     choice). ``credit_refs``: names of a selector turn's refs (e.g. ``rationale``: the first stage of a chained
     selection) whose turns get the same reward and ``slate_rewards``. ``binary``: a candidate's reward is 1.0 when it
     is fully correct (every test of a code task passes: pass@1, what coverage and identification count), else 0.0;
-    off: the verifier's score (a code candidate's fraction of tests passed)."""
+    off: the verifier's score (a code candidate's fraction of tests passed). ``rationale_weight`` w: MAESTRO Eq. 5's
+    rationale term, ``(1 - w) * r(chosen) + w * rationale_attributes(reason, ...)`` for a selection with a
+    ``reason`` (:func:`~selfevo.rewards.formulas.maestro_reward`); 0: correctness alone."""
     def source(episodes: list[Episode]) -> RewardResult:
         out, failures, covered = [], [], []
         for ep in episodes:
@@ -262,6 +265,10 @@ def slate_source(role: str = "selector", on_parse_failure: float | None = 0.0,
                 failures.append(chosen is None)
                 covered.append(max(scores, default=0.0) >= 1.0)
                 rewards[i] = scores[chosen] if chosen is not None else on_parse_failure
+                if chosen is not None and rationale_weight and hasattr(t.parsed.value, "reason"):
+                    sel = t.parsed.value
+                    rewards[i] = maestro_reward(scores[chosen], rationale_attributes(sel.reason, chosen + 1,
+                                                                                    sel.final), rationale_weight)
                 for name in credit_refs:
                     if name in t.refs:
                         rewards[t.refs[name]] = rewards[i]

@@ -1,0 +1,56 @@
+"""Every paper preset executes one full step on this CPU with the paper's agent counts, batch sizes, rounds and
+optimizer settings; only the model (tiny-random), the data source (local files), the token limits (32 new tokens,
+rollouts and in-loop evaluation) and the engine (hf: the presets name vLLM for GPUs, and vLLM's CPU build cannot
+serve tiny-random's head_dim 16) are changed. Each writes its metrics line, whose shape is checked against the
+paper's numbers.
+"""
+import json
+
+import pytest
+
+from selfevo import cli
+
+TINY = ["model.backbones=[tiny-random]", "data.source=local", "sampling.max_new_tokens=32",
+        "eval.max_new_tokens=32", "engine.name=hf", "trainer.max_steps=1"]
+
+
+def _run(recipe: str, out, *extra: str) -> tuple[dict, list[dict]]:
+    assert cli.main(["run", recipe, "--preset", "paper", *TINY, f"output_dir={out}", *extra]) == 0
+    (metrics,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    episodes = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+    return metrics, episodes
+
+
+@pytest.mark.slow
+def test_comas_paper_preset_runs_one_step(tmp_path):
+    m, episodes = _run("comas", tmp_path / "run")
+    # Table 2: 64 prompts x reuse 4, m = 8 rounds of (solution, evaluation, scoring) with n = 1, 4 agents
+    assert m["step"] == 0 and len(episodes) == 64 * 4
+    assert all(len(e["turns"]) == 8 * 3 for e in episodes)
+    assert set(m["train"]) == {"agent0", "agent1", "agent2", "agent3"}
+    # train batch 64: several clipped optimizer steps per agent
+    assert all(t["optimizer_steps"] >= 2 for t in m["train"].values() if t)
+
+
+@pytest.mark.slow
+def test_sage_paper_preset_runs_one_step(tmp_path):
+    m, episodes = _run("sage", tmp_path / "run")
+    challenges = [e for e in episodes if e["turns"] and e["turns"][0]["role"] == "challenger"]
+    # Table 4: batch 128 of challenges and of plan-solve items on one shared adapter
+    assert m["step"] == 0 and len(challenges) == 128 and len(episodes) - len(challenges) == 128
+    assert m["pool_added"] + sum(m["rejected"].values()) == 128 and list(m["train"]) == ["sage"]
+    assert (tmp_path / "run" / "adapters" / "final" / "sage").is_dir()
+
+
+@pytest.mark.slow
+def test_maestro_paper_preset_runs_one_step(tmp_path):
+    m, episodes = _run("maestro", tmp_path / "run")
+    # App. C.1: N = 3 agents x K = 3 candidates, R = 3 rounds, 32 questions per step; G = 9 samples per slate
+    assert m["step"] == 0 and len(episodes) == 32
+    for e in episodes:
+        roles = [t["role"] for t in e["turns"]]
+        assert roles.count("execution") == 3 * 9 and roles.count("central") == 3
+        assert roles.count("central_sample") == 3 * 9
+    central = m["train"]["central"]
+    # global batch 32 slates (288 rows): 96 slates per step -> 3 optimizer steps, one pass
+    assert central["slates"] == 96 and central["optimizer_steps"] == 3
