@@ -3,11 +3,12 @@ tables), on hand-worked numbers."""
 import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).parent.parent / "benchmarks" / "ablations" / "common.py"
+from helpers.paths import ROOT
+
+_PATH = ROOT / "benchmarks" / "ablations" / "common.py"
 _spec = importlib.util.spec_from_file_location("ablation_common", _PATH)
 common = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(common)

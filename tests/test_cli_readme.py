@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
+from helpers.paths import ROOT
 from selfevo import cli
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = ROOT / "README.md"
 HEAVY_TEXT = ("--preset paper", "engine.name=vllm", "SELFEVO_EXTRA=gpu")
 SEPARATORS = {"&&", "||", "|", ";", "&"}
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers.paths import DATA, needs_data
 from selfevo import cli, models
 from selfevo.tasks import TASKS, HubSource, HubUnavailableError, MissingDataError, load_tasks
 from selfevo.tasks import base, prepare
 
-DATA = os.environ.get("SELFEVO_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
-needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason="benchmark data not found (set SELFEVO_DATA)")
 
 
 def gsm8k_rows(tag: str, n: int = 3) -> list[dict]:

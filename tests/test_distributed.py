@@ -5,7 +5,7 @@
   lr 1 makes the parameter change the clipped gradient itself, so the reduced gradient is compared directly),
   including a rank that gets no rows.
 * recipe: a real CoMAS step on tiny-random in fp32 with the scripted "golden" engine
-  (``tests/golden_engine.py``) under ``torchrun --nproc_per_node 2`` ends with the adapters (≤ 1e-5) and the logs of
+  (``tests/helpers/golden_engine.py``) under ``torchrun --nproc_per_node 2`` ends with the adapters (≤ 1e-5) and the logs of
   one process over the same global batch; resuming that run with 1 process gives the 2-step 1-process run; the
   README's torchrun command line finishes with one metrics line.
 
@@ -23,13 +23,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import helpers.golden_engine  # noqa: F401  (registers engine "golden")
+from helpers.paths import HELPERS, ROOT
 from selfevo import cli, distributed
 from selfevo.policy import SeqBatch
-
-TESTS = Path(__file__).parent
-ROOT = TESTS.parent
-sys.path.insert(0, str(TESTS))
-import golden_engine  # noqa: E402,F401  (registers engine "golden")
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
@@ -187,7 +184,7 @@ def runs(tmp_path_factory):
     torch.set_num_threads(1)
     assert cli.main([*COMAS, "trainer.max_steps=2", "log.tensorboard=false", f"output_dir={one}"]) == 0
     cmd = [*TORCHRUN, "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           str(TESTS / "golden_engine.py"), *COMAS, "trainer.max_steps=1", f"output_dir={two}"]
+           str(HELPERS / "golden_engine.py"), *COMAS, "trainer.max_steps=1", f"output_dir={two}"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env1(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     shutil.copytree(two, resumed)

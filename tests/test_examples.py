@@ -2,15 +2,15 @@
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
+from helpers.paths import ROOT
 from selfevo.interaction import Episode, Runner
 from selfevo.roles import get_role
 from selfevo.types import Completion, SamplingParams, Task
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
+EXAMPLES = ROOT / "examples"
 
 
 def load(name):

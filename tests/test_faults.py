@@ -1,6 +1,6 @@
 """Faults of the parts a run starts: each step is logged exactly once, nothing is left running, the run goes on.
 
-* a vLLM server (``engine.name=vllm_server``, the fake server of ``fake_vllm_server.py`` started by the engine as
+* a vLLM server (``engine.name=vllm_server``, the fake server of ``helpers/fake_vllm_server.py`` started by the engine as
   its launcher) really ``SIGKILL``\\ s itself in the middle of step 1: the engine starts it again and sends the
   lost requests again (the run ends as one without the kill); with ``engine.restarts=0`` the run stops with one
   line naming the server and ``resume=true``, and the resumed run ends the same; a server killed from outside
@@ -28,13 +28,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.paths import HELPERS, ROOT
 from selfevo import cli
 from selfevo.loop import checkpoint
 from selfevo.policy import PolicyStore
 
-TESTS = Path(__file__).parent
-ROOT = TESTS.parent
-FAKE_SCRIPT = TESTS / "fake_vllm_server.py"
+FAKE_SCRIPT = HELPERS / "fake_vllm_server.py"
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 

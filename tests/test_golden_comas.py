@@ -10,19 +10,16 @@ tests/test_golden_comas.py``.
 """
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import load_file
 
+from helpers.golden import adapter_checksums
+from helpers.golden_engine import SCORES  # registers engine "golden"
+from helpers.paths import GOLDEN
 from selfevo import cli
 
-sys.path.insert(0, str(Path(__file__).parent))
-from golden_engine import SCORES  # noqa: E402  (registers engine "golden")
-
-GOLDEN = Path(__file__).parent / "golden" / "comas_step.json"
+GOLDEN_FILE = GOLDEN / "comas_step.json"
 
 # The adapter checksums are floats computed through torch's CPU kernels (fp32 matmuls in MKL/oneDNN, ATen's
 # vectorised reductions), whose summation order depends on the CPU's instruction set and the thread count, so they
@@ -37,21 +34,12 @@ GOLDEN = Path(__file__).parent / "golden" / "comas_step.json"
 CHECKSUM_TOLERANCE = {"sum": {"abs": 5e-4, "rel": 0}, "abs": {"rel": 5e-7, "abs": 0}, "sq": {"rel": 5e-7, "abs": 0}}
 
 
-def _checksums(folder: Path) -> dict:
-    out = {}
-    for agent in sorted(p.name for p in folder.iterdir()):
-        tensors = load_file(str(folder / agent / "adapter_model.safetensors"))
-        flat = torch.cat([tensors[k].double().flatten() for k in sorted(tensors)])
-        out[agent] = {"sum": float(flat.sum()), "abs": float(flat.abs().sum()), "sq": float((flat ** 2).sum())}
-    return out
-
-
 def _record(run: Path) -> dict:
     episodes = [json.loads(x) for x in (run / "episodes.jsonl").read_text().splitlines()]
     turns = [[{k: t[k] for k in ("agent", "role", "round", "reward", "text", "tokens")} for t in e["turns"]]
              for e in episodes]
     return {"tasks": [e["task_id"] for e in episodes], "turns": turns,
-            "adapters": _checksums(run / "adapters" / "step_0")}
+            "adapters": adapter_checksums(run / "adapters" / "step_0")}
 
 
 def test_one_comas_step_is_pinned(tmp_path):
@@ -63,9 +51,9 @@ def test_one_comas_step_is_pinned(tmp_path):
     assert rc == 0
     got = _record(run)
     if os.environ.get("SELFEVO_UPDATE_GOLDEN"):
-        GOLDEN.parent.mkdir(exist_ok=True)
-        GOLDEN.write_text(json.dumps(got, indent=1))
-    want = json.loads(GOLDEN.read_text())
+        GOLDEN_FILE.parent.mkdir(exist_ok=True)
+        GOLDEN_FILE.write_text(json.dumps(got, indent=1))
+    want = json.loads(GOLDEN_FILE.read_text())
     # the pinned step exercises every score and a parse failure (else it would pin too little)
     scorer_texts = [t["text"] for e in want["turns"] for t in e if t["role"] == "scorer"]
     assert all(s[len("<score>"):] in scorer_texts for s in SCORES[:3]) and SCORES[3] in scorer_texts

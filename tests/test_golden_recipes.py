@@ -11,13 +11,13 @@ import os
 from pathlib import Path
 
 import pytest
-import sage_engine  # noqa: F401  (registers engine "sage_script")
-import maestro_engine  # noqa: F401  (registers engine "maestro_script")
-from test_golden_comas import _checksums
 
+import helpers.maestro_engine  # noqa: F401  (registers engine "maestro_script")
+import helpers.sage_engine  # noqa: F401  (registers engine "sage_script")
+from helpers.golden import adapter_checksums
+from helpers.paths import GOLDEN
 from selfevo import cli
 
-GOLDEN = Path(__file__).parent / "golden"
 # wall times, and the optimizer's float statistics (losses, KL, grad norms: torch reductions whose last bits
 # depend on the CPU's kernels); what the update did is pinned by the adapter checksums instead
 UNPINNED = {"rollout_s", "update_s", "step_s", "train"}
@@ -44,7 +44,7 @@ def _record(run: Path, extra_files: tuple[str, ...] = ()) -> dict:
             "meta": [{k: v for k, v in e.items() if k not in ("task_id", "turns")} for e in episodes],
             "metrics": [{k: v for k, v in m.items() if k not in UNPINNED} for m in metrics],
             "files": {name: (run / name).read_text() for name in extra_files},
-            "adapters": _checksums(run / "adapters" / "step_0")}
+            "adapters": adapter_checksums(run / "adapters" / "step_0")}
 
 
 def _compare(got: dict, name: str) -> None:

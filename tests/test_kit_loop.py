@@ -256,7 +256,7 @@ def test_cli_resume_appends_one_launch_and_one_step(comas_run):
 
 def test_a_run_logs_only_its_own_sandbox_jobs(tmp_path):
     """Code verified in this process before the run (another run, a test) is not counted in the run's first step."""
-    import golden_engine  # noqa: F401  (registers engine "golden")
+    import helpers.golden_engine  # noqa: F401  (registers engine "golden")
 
     from selfevo.verifiers.sandbox import _count_fs_mode
 

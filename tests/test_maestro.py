@@ -4,14 +4,14 @@ cases included), the entropy kernel, the ``clpo`` optimizer on a tiny fp32 model
 the recipe end to end with resume, trainers and ablation switches, and ``selfevo eval`` with ``central_adapter``."""
 import json
 import math
-import os
 import re
 from pathlib import Path
 
 import pytest
 import torch
-from maestro_engine import ScriptEngine, script  # registers engine "maestro_script"
 
+from helpers.maestro_engine import ScriptEngine, script  # registers engine "maestro_script"
+from helpers.paths import DATA, needs_data
 from selfevo import cli
 from selfevo.algorithms.maestro import clpo_rows, span_mask
 from selfevo.protocols.maestro import STAGE2_STOP, MaestroProtocol, RoundsCfg, maestro_metrics, with_final
@@ -28,8 +28,6 @@ from selfevo.roles.maestro import Central, Selection, candidate_view, central_sp
 from selfevo.types import Completion, Request, SamplingParams, Task
 from selfevo.verifiers import verify
 
-DATA = os.environ.get("SELFEVO_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
-needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason="benchmark data not found (set SELFEVO_DATA)")
 SAMPLING = SamplingParams(max_new_tokens=16, temperature=0.7, top_p=0.95)
 
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from conftest import randomize_adapters
+from helpers.adapters import randomize_adapters
 from selfevo.policy.logprobs import chosen_logprobs, reference_chosen_logprobs
 from selfevo.policy import SeqBatch
 

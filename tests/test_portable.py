@@ -15,11 +15,10 @@ float comparisons are all pure-Python arithmetic are left out.
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.paths import ROOT
 
 FLOAT_PIN_FILES = [
     "tests/test_golden_comas.py", "tests/test_golden_recipes.py", "tests/test_setups_golden.py",

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers.paths import DATA, needs_data
 from selfevo import cli
 from selfevo.report import build_report
 from selfevo.report.load import ReportError, flatten, kind_of, load_metrics
 
-DATA = os.environ.get("SELFEVO_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
-needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason="benchmark data not found (set SELFEVO_DATA)")
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 
 

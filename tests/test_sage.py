@@ -10,13 +10,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import sage_engine  # noqa: E402,F401  (registers engine "sage_script")
-
-from selfevo import cli  # noqa: E402
-from selfevo.loop.pool import QuestionPool  # noqa: E402
-
-ROOT = Path(__file__).parent.parent
+import helpers.sage_engine  # noqa: F401  (registers engine "sage_script")
+from helpers.paths import HELPERS, ROOT
+from selfevo import cli
+from selfevo.loop.pool import QuestionPool
 
 
 def seed_file(tmp_path: Path) -> Path:
@@ -85,10 +82,8 @@ def test_sage_kill_9_mid_step_neither_loses_nor_duplicates_pool_items(tmp_path):
     """A real run killed with SIGKILL in the middle of step 2 resumes with the pool of its checkpoint, and ends
     with exactly the pool of an uninterrupted run."""
     out, ref = tmp_path / "run", tmp_path / "ref"
-    code = ("import sys; sys.path.insert(0, 'tests'); import sage_engine; from selfevo.cli import main; "
-            "raise SystemExit(main(sys.argv[1:]))")
     env = {**os.environ, "SAGE_SCRIPT_DELAY": "0.4", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-c", code, *args(tmp_path, out, "trainer.max_steps=5")]
+    cmd = [sys.executable, str(HELPERS / "sage_engine.py"), *args(tmp_path, out, "trainer.max_steps=5")]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline and not ((out / "metrics.jsonl").exists() and

@@ -2,11 +2,11 @@
 reward, verifier validation (code in the sandbox), and the seed set (Table 5 counts, training splits)."""
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
 
+from helpers.paths import DATA, needs_data
 from selfevo.rewards.formulas import soft_format_reward
 from selfevo.roles import ROLES, get_role
 from selfevo.roles.base import RoleError
@@ -18,8 +18,6 @@ from selfevo.verifiers import verify
 from selfevo.verifiers.validate import (REASONS, explain_item, find_entry_point, parses_as_math, strip_fences,
                                         validate_item)
 
-DATA = os.environ.get("SELFEVO_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
-needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason="benchmark data not found (set SELFEVO_DATA)")
 
 MATH_REF = Task("gsm8k/train/0", "math", "Natalia sold 48 clips in April and half as many in May. How many in all?",
                 "72", meta={"verifier": "math"})

@@ -1,10 +1,10 @@
 """Inference setups: well-formed results on the tiny model, one engine call per step (batched across tasks), and
 the voting / MAESTRO selection logic on scripted completions whose verdicts are known."""
-import os
 import re
 
 import pytest
 
+from helpers.paths import DATA, needs_data
 from selfevo.protocols.maestro import coverage_identification
 from selfevo.roles.maestro import parse_selection, shorten
 from selfevo.setups import SETUPS, SetupError, make_setup, run_setup
@@ -13,8 +13,6 @@ from selfevo.tasks import load_tasks
 from selfevo.types import Completion, SamplingParams, Task
 from selfevo.verifiers.voting import majority_vote, normalize_answer
 
-DATA = os.environ.get("SELFEVO_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
-needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason="benchmark data not found (set SELFEVO_DATA)")
 SAMPLING = SamplingParams(max_new_tokens=6, temperature=0.7)
 
 

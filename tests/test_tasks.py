@@ -12,14 +12,13 @@ from functools import lru_cache
 
 import pytest
 
+from helpers.paths import DATA, needs_data
 from selfevo.registry import RegistryError
 from selfevo.tasks import (PROMPT_FORMATS, TASKS, HubUnavailableError, TaskDataError, comas_training_mix,
                            format_prompt, get_task_spec, load_tasks, mix_counts, task_names)
 from selfevo.tasks.science_sets import GPQA_COLUMNS
 from selfevo.verifiers import verifier_names, verify
 
-DATA = os.environ.get("SELFEVO_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
-needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason="benchmark data not found (set SELFEVO_DATA)")
 FAST = {"wall_s": 20.0, "cpu_s": 20.0, "unit_s": 3.0, "load_s": 5.0, "memory_mb": 1024}
 
 EXPECTED = {"gsm8k", "math", "math500", "aime2024", "aime2025", "amc2023", "olympiadbench", "humaneval",

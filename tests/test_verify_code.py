@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from helpers.paths import DATA
 from selfevo.types import Task
 from selfevo.verifiers import verify
 from selfevo.verifiers.code import (build_steps, evalplus_compare, extract_code, lcb_functional_case, lcb_method_name,
@@ -13,7 +14,6 @@ from selfevo.verifiers.code import (build_steps, evalplus_compare, extract_code,
 from selfevo.verifiers.sandbox import call_step, harness_for_tests, run_program
 
 FAST = {"wall_s": 20.0, "cpu_s": 20.0, "unit_s": 2.0, "load_s": 5.0, "memory_mb": 1024}
-DATA = os.environ.get("SELFEVO_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 HARNESS = harness_for_tests()  # the child harness, for its pure parts: output oracles and type checks
 outputs_match, json_equal, evalplus_equal, foreign_type = (HARNESS.outputs_match, HARNESS._json_equal,
                                                            HARNESS._evalplus_equal, HARNESS._foreign_type)

@@ -4,7 +4,7 @@ It serves the endpoints the engine uses (``/health``, ``/v1/models``, ``/v1/load
 ``/v1/unload_lora_adapter``, ``/v1/completions``) with vLLM's status codes (a duplicate load → 400, unloading or
 using an unknown name → 404), records every call, and answers completions with deterministic tokens and log-probs
 (:func:`fake_tokens`, a function of seed, model name and prompt ids). In a thread: ``FakeVLLM().start()``; as a
-process (what the engine starts in place of the real server): ``python fake_vllm_server.py --port P
+process (what the engine starts in place of the real server): ``python tests/helpers/fake_vllm_server.py --port P
 --served-model-name NAME [--crash-at-start] [--slow-start S] [--spawn-child] [--sigkill-at N --sigkill-once FILE]``;
 other vLLM flags are accepted and ignored. ``--sigkill-at N`` makes the process ``SIGKILL`` itself when its N-th
 completion request arrives (a real ``kill -9`` mid-step), once: only if ``FILE`` does not exist yet, which it

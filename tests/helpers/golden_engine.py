@@ -5,14 +5,15 @@ it as engine "golden".
 
 Run as a script it is ``selfevo`` with the engine registered::
 
-    torchrun --nproc_per_node 2 tests/golden_engine.py run comas engine.name=golden ...
+    torchrun --nproc_per_node 2 tests/helpers/golden_engine.py run comas engine.name=golden ...
 """
-import os
 import sys
+from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository, for `selfevo`
+if __name__ == "__main__":  # a script: the repository (for `selfevo`) and tests/ (for `helpers`) on the path
+    sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
 
-from scripted import ScriptedEngine  # noqa: E402
+from helpers.scripted import ScriptedEngine  # noqa: E402
 from selfevo.engines import ENGINES  # noqa: E402
 
 SCORES = ("<score>1</score>", "<score>2</score>", "<score>3</score>", "I cannot decide.")

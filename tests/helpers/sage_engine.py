@@ -4,14 +4,21 @@ Challenger ("<question>"): a new addition question with its answer (a code refer
 its tests and reference solution); Critic ("<score>"): 8 or 3; Planner ("<plan>"):
 a plan; Solver ("<answer>"): the right sum for even seeds, a wrong one for odd seeds. Importing registers it as
 engine "sage_script"; ``SAGE_SCRIPT_DELAY`` (seconds per call) slows it down for kill tests.
+
+Run as a script it is ``selfevo`` with the engine registered (``python tests/helpers/sage_engine.py run sage ...``).
 """
 import os
 import re
+import sys
 import time
+from pathlib import Path
 
-from scripted import ScriptedEngine
-from selfevo.engines import ENGINES
-from selfevo.engines.base import truncate_at_stop
+if __name__ == "__main__":  # a script: the repository (for `selfevo`) and tests/ (for `helpers`) on the path
+    sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
+
+from helpers.scripted import ScriptedEngine  # noqa: E402
+from selfevo.engines import ENGINES  # noqa: E402
+from selfevo.engines.base import truncate_at_stop  # noqa: E402
 
 
 CODE_ITEM = """Write a function f{n} that returns x + {n}.</question>
@@ -62,3 +69,9 @@ class SageScriptEngine(ScriptedEngine):
 
 if "sage_script" not in ENGINES:
     ENGINES.register("sage_script")(SageScriptEngine)
+
+
+if __name__ == "__main__":
+    from selfevo.cli import main
+
+    sys.exit(main())

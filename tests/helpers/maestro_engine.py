@@ -2,7 +2,7 @@
 ids of the backbone's tokenizer. Importing registers it as engine "maestro_script"."""
 import re
 
-from scripted import ScriptedEngine
+from helpers.scripted import ScriptedEngine
 from selfevo.engines import ENGINES
 from selfevo.engines.base import truncate_at_stop
 from selfevo.types import Request
