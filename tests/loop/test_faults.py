@@ -1,7 +1,7 @@
 """Faults of the parts a run starts: each step is logged exactly once, nothing is left running, the run goes on.
 
-* a vLLM server (``engine.name=vllm_server``, the fake server of ``helpers/fake_vllm_server.py`` started by the engine as
-  its launcher) really ``SIGKILL``\\ s itself in the middle of step 1: the engine starts it again and sends the
+* a vLLM server (``engine.name=vllm_server``, the fake server of ``helpers/fake_vllm_server.py`` started by the engine
+  as its launcher) really ``SIGKILL``\\ s itself in the middle of step 1: the engine starts it again and sends the
   lost requests again (the run ends as one without the kill); with ``engine.restarts=0`` the run stops with one
   line naming the server and ``resume=true``, and the resumed run ends the same; a server killed from outside
   between two calls is started again by the next one, until ``engine.restarts`` are used up;
