@@ -134,6 +134,18 @@ def test_reinforce_pp_per_group_whitening():
     assert close(adv[1], [-1.0, 1.0, 0.0])
 
 
+def test_reinforce_pp_advantages_are_whitened_over_tokens():
+    mask = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.float32)
+    adv = O.reinforce_pp_advantages(torch.tensor([1.0, 0.0]), None, mask)
+    # returns: row 0 = 1 on its 2 tokens, row 1 = 0 on its 3 tokens; token-weighted mean 0.4, std sqrt(0.24)
+    std = math.sqrt(0.24)
+    want = torch.tensor([[0, 0.6 / std, 0.6 / std, 0], [0, -0.4 / std, -0.4 / std, -0.4 / std]])
+    torch.testing.assert_close(adv, want, rtol=1e-5, atol=1e-6)
+    # per-row groups: each group's returns are constant over its tokens -> 0
+    assert torch.equal(O.reinforce_pp_advantages(torch.tensor([1.0, 0.0]), None, mask, group_ids=["a", "b"]),
+                       torch.zeros(2, 4))
+
+
 # ---------------------------------------------------------------- group whitening, Task-Relative REINFORCE++
 def test_group_whiten_sequence_level():
     v = T([1.0, 2.0, 3.0, 10.0, 5.0, 100.0])

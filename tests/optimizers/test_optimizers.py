@@ -1,6 +1,6 @@
 """Optimizers (selfevo.optimizers): every registered optimizer trains only its agent's adapter on a tiny fp32 model;
 zero advantages leave the weights alone; SFT skips non-positive rows; GRPO groups by prompt; Samples.from_turns and
-train_agents; SeqBatch.micro_batches keeps groups whole and extras with their rows."""
+train_agents. The objectives' arithmetic is tested in test_objectives.py."""
 import math
 
 import pytest
@@ -10,7 +10,7 @@ from selfevo.interaction import Episode, Turn
 from selfevo.loop import TrainerCfg
 from selfevo.optimizers import OPTIMIZERS, Samples, train_agents
 from selfevo.optimizers.base import on_policy
-from selfevo.optimizers.objectives import reinforce_pp_advantages, task_relative_advantages
+from selfevo.optimizers.objectives import task_relative_advantages
 from selfevo.policy import SeqBatch
 from selfevo.types import Completion, Request, Task
 
@@ -165,18 +165,6 @@ def test_constant_rewards_give_no_update(store, name):
     assert delta(before, snapshot(store), "a0") == 0
 
 
-def test_reinforce_pp_advantages_are_whitened_over_tokens():
-    mask = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.float32)
-    adv = reinforce_pp_advantages(torch.tensor([1.0, 0.0]), None, mask)
-    # returns: row 0 = 1 on its 2 tokens, row 1 = 0 on its 3 tokens; token-weighted mean 0.4, std sqrt(0.24)
-    std = math.sqrt(0.24)
-    want = torch.tensor([[0, 0.6 / std, 0.6 / std, 0], [0, -0.4 / std, -0.4 / std, -0.4 / std]])
-    torch.testing.assert_close(adv, want, rtol=1e-5, atol=1e-6)
-    # per-row groups: each group's returns are constant over its tokens -> 0
-    assert torch.equal(reinforce_pp_advantages(torch.tensor([1.0, 0.0]), None, mask, group_ids=["a", "b"]),
-                       torch.zeros(2, 4))
-
-
 # ---- SFT ---------------------------------------------------------------------------------------------------------
 def test_sft_keeps_only_positive_rows(store):
     before = snapshot(store)
@@ -284,69 +272,3 @@ def test_train_agents_updates_each_rewarded_agent_only(store):
     assert set(stats) == {"a0", "a2"}
     assert all(v == round(v, 5) for s in stats.values() for v in s.values() if isinstance(v, float))
     assert delta(before, after, "a0") > 0 and delta(before, after, "a2") > 0 and delta(before, after, "a1") == 0
-
-
-# ---- SeqBatch.micro_batches --------------------------------------------------------------------------------------
-def _batch(lengths, groups=None):
-    prompts = [[10 + i] for i in range(len(lengths))]
-    completions = [[100 + i] * (n - 1) for i, n in enumerate(lengths)]
-    b = SeqBatch.build(prompts, completions, 0)
-    b = b.with_extras(row=torch.arange(len(lengths)), tok=b.input_ids.float() * 10 + 0.5)
-    return b.with_groups(groups) if groups is not None else b
-
-
-def _check_rows_travel(full, mbs):
-    seen = []
-    for mb in mbs:
-        width = int(mb.attention_mask.sum(-1).max())
-        assert mb.input_ids.shape[1] == width == mb.extras["tok"].shape[1]  # trimmed to its own width
-        for j, r in enumerate(mb.extras["row"].tolist()):
-            seen.append(r)
-            assert torch.equal(mb.input_ids[j], full.input_ids[r, :width])
-            assert torch.equal(mb.loss_mask[j], full.loss_mask[r, :width])
-            assert torch.equal(mb.extras["tok"][j], full.extras["tok"][r, :width])
-            if full.groups is not None:
-                assert mb.groups[j] == full.groups[r]
-    assert sorted(seen) == list(range(full.input_ids.shape[0]))  # every row exactly once
-
-
-@pytest.mark.parametrize("lengths", [[3, 9, 8, 7, 2], [9, 2, 3, 4, 8], [5, 5, 5, 5, 5]])
-def test_a_slate_of_three_is_never_split_by_micro_batches_of_two(lengths):
-    groups = ["a", "slate", "slate", "slate", "b"]
-    full = _batch(lengths, groups)
-    mbs = full.micro_batches(2)
-    _check_rows_travel(full, mbs)
-    slate_mbs = [mb for mb in mbs if "slate" in mb.groups]
-    assert len(slate_mbs) == 1 and slate_mbs[0].groups == ["slate"] * 3  # whole, and on its own
-    assert all(len(mb.groups) <= 2 for mb in mbs if mb is not slate_mbs[0])
-
-
-def test_groups_pack_several_small_groups_and_never_split_one():
-    groups = ["p", "p", "q", "r", "r", "s", "t", "t", "t"]
-    full = _batch([4, 6, 3, 8, 2, 5, 7, 7, 1], groups)
-    for size in (1, 2, 3, 4, 9):
-        mbs = full.micro_batches(size)
-        _check_rows_travel(full, mbs)
-        where = {}
-        for k, mb in enumerate(mbs):
-            for g in mb.groups:
-                where.setdefault(g, set()).add(k)
-            assert len(mb.groups) <= size or len(set(mb.groups)) == 1
-        assert all(len(v) == 1 for v in where.values())
-
-
-def test_without_groups_longest_first():
-    lengths = [3, 9, 1, 7, 5, 8]
-    full = _batch(lengths)
-    mbs = full.micro_batches(4)
-    _check_rows_travel(full, mbs)
-    assert [mb.input_ids.shape[0] for mb in mbs] == [4, 2]
-    order = [lengths[r] for mb in mbs for r in mb.extras["row"].tolist()]
-    assert order == sorted(lengths, reverse=True)
-    assert [mb.input_ids.shape[1] for mb in mbs] == [9, 3]
-    assert all(mb.groups is None for mb in mbs)
-
-
-def test_with_groups_needs_one_key_per_row():
-    with pytest.raises(ValueError, match="2 group keys for 3 rows"):
-        _batch([2, 3, 4]).with_groups(["a", "b"])

@@ -1,3 +1,6 @@
+"""The policy store (selfevo.policy): chosen log-probs against the full softmax, the reference policy (adapters
+disabled), micro-batched gradients, adapters saved and loaded in PEFT's format, lending the model, right-padded rows,
+and the LoRA computation in the activation dtype against PEFT."""
 import pytest
 import torch
 
@@ -25,12 +28,6 @@ def test_chosen_logprobs_value_and_gradient_match_full_softmax():
 def test_chosen_logprobs_refuses_trainable_head():
     with pytest.raises(ValueError, match="frozen"):
         chosen_logprobs(torch.randn(2, 4), torch.randn(5, 4, requires_grad=True), torch.tensor([0, 1]))
-
-
-def test_seqbatch_masks_completion_only():
-    b = SeqBatch.build([[1, 2], [3]], [[4, 5, 6], [7]], pad_id=0)
-    assert b.input_ids.tolist() == [[1, 2, 4, 5, 6], [3, 7, 0, 0, 0]]
-    assert b.loss_mask.tolist() == [[0, 0, 1, 1, 1], [0, 1, 0, 0, 0]]
 
 
 def test_reference_policy_is_adapter_disabled(make_store):
