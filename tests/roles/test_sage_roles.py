@@ -1,23 +1,16 @@
-"""SAGE's pure parts: the four roles (prompts, parsers on hand-written outputs), FORMAT_TAGS with the soft format
-reward, verifier validation (code in the sandbox), and the seed set (Table 5 counts, training splits)."""
+"""SAGE's roles (selfevo.roles.sage): the four roles (prompts, parsers on hand-written outputs) and FORMAT_TAGS
+with the soft format reward."""
 from __future__ import annotations
-
-import threading
 
 import pytest
 
-from helpers.paths import DATA, needs_data
 from selfevo.rewards.formulas import soft_format_reward
 from selfevo.roles import ROLES, get_role
 from selfevo.roles.base import RoleError
 from selfevo.roles.sage import FORMAT_TAGS, format_tags, statement
-from selfevo.tasks import load_tasks, sage_seed_set
-from selfevo.tasks.sage_seed import SAGE_COUNTS, sage_part_counts
 from selfevo.types import Task
 from selfevo.verifiers import verify
-from selfevo.verifiers.validate import (REASONS, explain_item, find_entry_point, parses_as_math, strip_fences,
-                                        validate_item)
-
+from selfevo.verifiers.validate import explain_item, validate_item
 
 MATH_REF = Task("gsm8k/train/0", "math", "Natalia sold 48 clips in April and half as many in May. How many in all?",
                 "72", meta={"verifier": "math"})
@@ -194,17 +187,6 @@ def test_sage_roles_refuse_other_domains():
         get_role("sage.solver").messages(Task("m", "mcq", "Pick one.", "A"))
 
 
-# ---- entry point and fences -------------------------------------------------------------------------------------
-def test_entry_point_is_the_called_function_the_solution_defines():
-    tests = "import math\nassert math.isclose(area(sorted([2, 1])[0]), 3.14159, rel_tol=1e-3)\nassert helper(1)"
-    assert find_entry_point(tests, "def helper(x): return x\ndef area(r): return math.pi*r*r") == ("area", "")
-    tests = "def check(x):\n    return x > 0\nassert check(area(1))"  # helpers the tests define are not targets
-    assert find_entry_point(tests, "def area(r): return 3") == ("area", "")
-    assert find_entry_point("assert area(1) == 3", "def area(r) return") == ("area", "")  # broken solution: later
-    assert strip_fences("```python\nx = 1\n```") == "x = 1" and strip_fences("\nx = 1\n") == "x = 1"
-    assert strip_fences("```py\nx = 1\n") == "x = 1"  # unterminated fence
-
-
 # ---- planner, solver, critic -----------------------------------------------------------------------------------
 def test_planner_prompt_and_parse():
     planner = get_role("sage.planner")
@@ -280,124 +262,3 @@ def test_format_tags_give_full_format_reward_on_good_outputs():
     assert soft_format_reward("<question>Q</question>", format_tags("challenger", "math")) == 0.5
     with pytest.raises(RoleError, match="no SAGE format tags"):
         format_tags("selector", "math")
-
-
-# ---- validation -------------------------------------------------------------------------------------------------
-def test_validate_math_items():
-    assert validate_item(Task("a", "math", "Q", "\\frac{3}{4}")) is None
-    assert validate_item(Task("a", "math", "Q", "\\frac{3}{")) == "unparsable answer"
-    assert validate_item(Task("a", "math", "Q", "")) == "unparsable answer"
-    assert validate_item(Task("a", "math", "Q", "so \\boxed{12}")) is None
-    assert parses_as_math("x^2 + 1") and not parses_as_math("???")
-
-
-def test_math_parse_check_works_off_the_main_thread():
-    results = []
-    thread = threading.Thread(target=lambda: results.extend([parses_as_math("12"), parses_as_math("\\sqrt{")]))
-    thread.start()
-    thread.join(60)
-    assert results == [True, False]
-
-
-def _code(tests, solution, entry_point="add"):
-    return Task("c", "code", "Q", tests=tests, entry_point=entry_point,
-                meta={"verifier": "code", "reference_solution": solution})
-
-
-def test_validate_code_items():
-    add = "def add(a, b):\n    return a + b\n"
-    assert validate_item(_code("assert add(1, 2) == 3\n", add)) is None
-    assert validate_item(_code("assert add(1, 2) == \n", add)) == "format"
-    assert validate_item(_code("assert mul(1, 2) == 2\n", add)) == "format"  # never calls the entry point
-    assert validate_item(_code("x = add(1, 2)\n", add)) == "format"  # no assert
-    assert validate_item(_code("assert add(1, 2) == 4\n", add)) == "reference fails"
-    assert validate_item(_code("assert add(1, 2) == 3\n", "def add(a, b) return")) == "reference fails"
-    assert validate_item(_code("assert add(1, 2) == 3\n", "")) == "reference fails"
-    with pytest.raises(ValueError, match="math and code"):
-        validate_item(Task("m", "mcq", "Q", "A"))
-    assert set(REASONS) == {"format", "unparsable answer", "reference fails", "non-deterministic"}
-
-
-def test_non_deterministic_reference_is_caught(monkeypatch):
-    """A reference whose second sandbox run scores differently (faked here: real flakiness is not reproducible)."""
-    import selfevo.verifiers.validate as validate
-    from selfevo.verifiers.base import Verdict
-
-    scores = iter([1.0, 0.0])
-    monkeypatch.setattr(validate, "verify", lambda task, response: Verdict(next(scores), "faked"))
-    assert validate_item(_code("assert add(1, 2) == 3\n", "def add(a, b):\n    return a + b\n")) == \
-        "non-deterministic"
-    runs = []
-    monkeypatch.setattr(validate, "verify", lambda task, response: runs.append(1) or Verdict(0.0, "faked"))
-    assert validate_item(_code("assert add(1, 2) == 3\n", "def add(a, b):\n    return 0\n")) == "reference fails"
-    assert len(runs) == 1  # a failing first run is not repeated
-
-
-# ---- seed set ---------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def seeds():
-    return sage_seed_set(seed=0, data_root=DATA)
-
-
-@needs_data
-def test_seed_set_has_table5_counts_and_unique_ids(seeds):
-    assert SAGE_COUNTS == {"math": 156, "gsm8k": 148, "humaneval_substitute": 87, "mbpp": 109}
-    assert sage_part_counts(seeds) == SAGE_COUNTS and len(seeds) == 500
-    assert len({t.id for t in seeds}) == 500
-    splits = {(t.meta["sage_part"], t.meta["benchmark"], t.meta["split"]) for t in seeds}
-    assert splits == {("math", "math", "train"), ("gsm8k", "gsm8k", "train"),
-                      ("humaneval_substitute", "mbpp_full", "validation"), ("mbpp", "mbpp", "train")}
-
-
-@needs_data
-def test_seed_set_items_carry_their_verifiers(seeds):
-    for task in seeds:
-        if task.domain == "code":
-            assert task.tests.strip() and task.entry_point and task.meta["reference_solution"]
-            assert task.meta["reference_solution"] == task.meta["solution"]
-        else:
-            assert task.domain == "math" and task.reference
-
-
-@needs_data
-def test_seed_code_items_validate(seeds):
-    code = [t for t in seeds if t.domain == "code"]
-    sample = [t for t in code if t.meta["sage_part"] == "mbpp"][:5] + \
-        [t for t in code if t.meta["sage_part"] == "humaneval_substitute"][:5]
-    assert len(sample) == 10
-    assert [explain_item(t) for t in sample] == [""] * 10
-
-
-@needs_data
-def test_seed_math_items_validate(seeds):
-    assert all(validate_item(t) is None for t in seeds if t.domain == "math")
-
-
-@needs_data
-def test_seed_set_is_deterministic_for_a_seed(seeds):
-    again = sage_seed_set(seed=0, data_root=DATA)
-    assert [t.id for t in again] == [t.id for t in seeds]
-    other = sage_seed_set(seed=1, data_root=DATA)
-    assert {t.id for t in other} != {t.id for t in seeds} and sage_part_counts(other) == SAGE_COUNTS
-
-
-@needs_data
-def test_seed_set_counts_override_and_errors():
-    small = sage_seed_set(seed=0, data_root=DATA, counts={"math": 3, "gsm8k": 2, "humaneval_substitute": 0,
-                                                          "mbpp": 1})
-    assert sage_part_counts(small) == {"math": 3, "gsm8k": 2, "mbpp": 1}
-    big = sage_seed_set(seed=0, data_root=DATA, counts={"math": 0, "gsm8k": 0, "humaneval_substitute": 500,
-                                                        "mbpp": 0})
-    assert len(big) == 90  # all of MBPP validation (logged)
-    with pytest.raises(ValueError, match="unknown part"):
-        sage_seed_set(counts={"humaneval": 87})
-    with pytest.raises(ValueError, match="integers >= 0"):
-        sage_seed_set(counts={"math": -1})
-
-
-@needs_data
-def test_seed_questions_are_the_training_items(seeds):
-    mbpp = {t.id: t for t in load_tasks("mbpp", "train", data_root=DATA)}
-    for task in seeds:
-        if task.meta["sage_part"] == "mbpp":
-            assert task.question == mbpp[task.id].question
