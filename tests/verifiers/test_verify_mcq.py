@@ -1,9 +1,10 @@
-"""Multiple-choice extraction: a boxed option label followed by its text counts, ambiguous boxes do not."""
+"""The multiple-choice verifier (selfevo.verifiers.mcq): extraction (a boxed option label followed by its text counts,
+ambiguous boxes do not) and verdicts."""
 import pytest
 
 from selfevo.types import Task
 from selfevo.verifiers import get_verifier
-from selfevo.verifiers.mcq import boxed_contents, extract_choice
+from selfevo.verifiers.mcq import boxed_contents, extract_choice, normalize_reference
 
 
 @pytest.mark.parametrize("response,letter", [
@@ -57,3 +58,25 @@ def test_mcq_verdict_on_labelled_box():
     assert mcq(task, r"\boxed{B. glycolysis}").score == 0.0
     verdict = mcq(task, r"\boxed{C or D}")
     assert verdict.score == 0.0 and verdict.extracted is None
+
+
+@pytest.mark.parametrize("response,letter", [
+    (r"... so \boxed{B}", "B"),
+    (r"\boxed{\text{(C)}}", "C"),
+    ("The answer is (D).", "D"),
+    ("Answer: **A**", "A"),
+    ("After checking each option, I pick\nC", "C"),
+    ("Options (A) and (B) fail, leaving (D) as correct", "D"),
+    ("I am not sure.", None),
+])
+def test_extract_choice(response, letter):
+    assert extract_choice(response) == letter
+
+
+def test_mcq_verdicts():
+    mcq = get_verifier("mcq")
+    assert mcq(Task("t", "mcq", "q", reference="(B)"), "The answer is B").score == 1.0
+    assert mcq(Task("t", "mcq", "q", reference="B"), "The answer is C").score == 0.0
+    assert mcq(Task("t", "mcq", "q", reference="banana"), "B").score == 0.0
+    assert normalize_reference(r"\boxed{c}") == "C"
+    assert extract_choice("answer is E", n_choices=4) is None
