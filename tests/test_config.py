@@ -1,5 +1,6 @@
-"""Config validation: ``opt`` metadata (choices, lazy choices, bounds, non-empty, required), the ``check`` hook,
-``describe``, and that every recipe's schema and presets are described and valid."""
+"""Configs (selfevo.config): validation by ``opt`` metadata (choices, lazy choices, bounds, non-empty, required), the
+``check`` hook, ``describe``, every recipe's schema and presets described and valid, and loading a preset with
+overrides (one-line errors with a suggestion, missing presets, unreadable YAML)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 from omegaconf import MISSING, OmegaConf
 
-from selfevo.algorithms import RECIPES
+from selfevo.algorithms import RECIPES, demo
 from selfevo.config import (ConfigError, SamplingCfg, normalize_overrides, describe, format_table, load_config, opt,
                             presets, validate_config)
 
@@ -121,3 +122,29 @@ def test_every_recipe_key_has_help(recipe):
 def test_every_preset_validates(recipe, preset):
     cfg = load_config(RECIPES.get(recipe).load().Config, recipe, preset, [])
     assert cfg.recipe == recipe
+
+
+@pytest.mark.parametrize("override, message", [
+    ("agent=3", "did you mean 'agents'"),
+    ("model.lora.rr=3", "did you mean 'model.lora.r'"),
+    ("agents=abc", "agents must be an integer, got 'abc'"),
+    ("agents", "not of the form key=value"),
+])
+def test_config_errors(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(demo.Config, "demo", "cpu", [override])
+
+
+def test_config_preset_and_overrides_merge():
+    cfg = load_config(demo.Config, "demo", "cpu", ["agents=2", "model.lora.r=8", "model.backbones=[a,b]"])
+    assert cfg.agents == 2 and cfg.model.lora.r == 8 and list(cfg.model.backbones) == ["a", "b"]
+    assert cfg.sampling.max_new_tokens == 96  # from the preset file
+
+
+def test_missing_preset_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="no preset 'nope'"):
+        load_config(demo.Config, "demo", "nope", [])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("agents: [1,\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(demo.Config, "demo", str(bad), [])
