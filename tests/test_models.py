@@ -45,7 +45,6 @@ def test_embedded_model_loads_with_chat_template():
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
 
 
-
 def test_devices_resolve_and_refuse_what_is_not_there(monkeypatch):
     """``model.device``: cpu is cpu; auto is this rank's GPU when CUDA is available, else cpu; cuda without CUDA
     is a one-line error (and a config key, range-checked before any work)."""

@@ -1,11 +1,12 @@
-"""The policy store (selfevo.policy): chosen log-probs against the full softmax, the reference policy (adapters
-disabled), micro-batched gradients, adapters saved and loaded in PEFT's format, lending the model, right-padded rows,
-and the LoRA computation in the activation dtype against PEFT."""
+"""The policy store (selfevo.policy): chosen log-probs and entropies against the full softmax, the reference policy
+(adapters disabled), micro-batched gradients, adapters saved and loaded in PEFT's format, lending the model,
+right-padded rows, and the LoRA computation in the activation dtype against PEFT."""
 import pytest
 import torch
 
 from helpers.adapters import randomize_adapters
-from selfevo.policy.logprobs import chosen_logprobs, reference_chosen_logprobs
+from selfevo.optimizers.objectives import entropy_from_logits
+from selfevo.policy.logprobs import chosen_entropy, chosen_logprobs, reference_chosen_logprobs
 from selfevo.policy import SeqBatch
 
 
@@ -28,6 +29,20 @@ def test_chosen_logprobs_value_and_gradient_match_full_softmax():
 def test_chosen_logprobs_refuses_trainable_head():
     with pytest.raises(ValueError, match="frozen"):
         chosen_logprobs(torch.randn(2, 4), torch.randn(5, 4, requires_grad=True), torch.tensor([0, 1]))
+
+
+def test_chosen_entropy_matches_the_full_softmax_and_its_gradient():
+    gen = torch.Generator().manual_seed(1)
+    hidden = torch.randn(5, 4, generator=gen, dtype=torch.float64).requires_grad_(True)
+    weight = torch.randn(11, 4, generator=gen, dtype=torch.float64)
+    ref_h = hidden.detach().clone().requires_grad_(True)
+    want = entropy_from_logits(ref_h @ weight.t())
+    got = chosen_entropy(hidden, weight, chunk=2)
+    assert torch.allclose(got.double(), want.double(), atol=1e-6)
+    g = torch.randn(5, generator=gen, dtype=torch.float64)
+    (got.double() * g).sum().backward()
+    (want.double() * g).sum().backward()
+    assert torch.allclose(hidden.grad, ref_h.grad, atol=1e-5)
 
 
 def test_reference_policy_is_adapter_disabled(make_store):
