@@ -1,16 +1,17 @@
 """The MAESTRO protocol (selfevo.protocols.maestro), shared by the recipe and the ``maestro_select`` setup: shape, one
 engine call per wave, broadcast, own history, shuffled slate, parse failures recorded, the chained selection of small
-models, metrics on hand-built slates, and slates replayed from an eval's items."""
+models, metrics on hand-built slates, slates replayed from an eval's items, and coverage / identification."""
 import re
 
 import pytest
 
 from helpers.maestro_engine import ScriptEngine, script
 from selfevo.interaction import Episode, Runner, Turn
-from selfevo.protocols.maestro import STAGE2_STOP, MaestroProtocol, RoundsCfg, maestro_metrics, with_final
+from selfevo.protocols.maestro import (STAGE2_STOP, MaestroProtocol, RoundsCfg, coverage_identification,
+                                       maestro_metrics, with_final)
 from selfevo.rewards import REWARD_SOURCES
 from selfevo.roles.base import Parsed
-from selfevo.roles.maestro import Central, Selection, candidate_view, central_spans, read_selection
+from selfevo.roles.maestro import Central, Selection
 from selfevo.types import Completion, Request, SamplingParams, Task
 from selfevo.verifiers import verify
 
@@ -102,31 +103,6 @@ def test_central_gen_and_self_consistency_modes():
     rec = episodes[0].meta["rounds"][-1]
     answers = [re.search(r"boxed\{(\d)\}", t.text).group(1) for t in episodes[0].turns[-5:]]
     assert rec["central_final"] == max(set(answers), key=lambda a: (answers.count(a), -answers.index(a)))
-
-
-def test_strict_selection_and_lenient_spans():
-    text = "Reason: cand 2 adds up.\nChosen: 2\nFinal: \\boxed{\\frac{1}{2}} trailing"
-    sel = read_selection(text, 3)
-    assert (sel.index, sel.reason, sel.final) == (1, "cand 2 adds up.", "\\frac{1}{2}")
-    assert text[slice(*sel.reason_span)] == "cand 2 adds up."
-    assert text[slice(*sel.decision_span)] == "Chosen: 2\nFinal: \\boxed{\\frac{1}{2}}"
-    assert central_spans(text) == (sel.reason_span, sel.decision_span)
-    assert read_selection("Reason: x\nChosen: 4\nFinal: \\boxed{1}", 3) == "chose candidate 4, but the slate has 3"
-    assert read_selection("Chosen: 1\nFinal: \\boxed{1}", 3) == "no 'Reason:' line"
-    bad = "Reason: long story\nChosen: 9"
-    assert central_spans(bad) == ((8, 18), (19, 28)) and bad[19:28] == "Chosen: 9"
-    assert central_spans("Reason: rambling with no decision") == ((8, 33), None)
-    assert central_spans("no labels at all") == (None, None)
-
-
-def test_candidate_views():
-    text = "First 2 + 3 = 5, so \\boxed{5}. Check: \\boxed{5}"
-    assert candidate_view(text, "both") == text
-    assert candidate_view(text, "answer") == "Final answer: \\boxed{5}"
-    hidden = candidate_view(text, "reason")
-    assert "boxed" not in hidden and hidden.count("[final answer hidden]") == 2 and hidden.startswith("First 2 + 3")
-    prompt = Central(view="answer").messages(add_task(1), candidates=["work \\boxed{7}", "no answer"])
-    assert "- Candidate 1: Final answer: \\boxed{7}\n- Candidate 2: (no final answer)" in prompt[-1]["content"]
 
 
 # ---- the chained selection (small models) ----------------------------------------------------------------------------
@@ -270,3 +246,17 @@ def test_replayed_slates_give_the_same_records_without_generating_candidates(tmp
     (tmp_path / "bad.jsonl").write_text('{"id": "x"}\n')
     with pytest.raises(ValueError, match="bad.jsonl line 1: not a maestro_select item"):
         read_replay(str(tmp_path / "bad.jsonl"))
+
+
+# ---- coverage and identification (the maestro_select setup's metrics) ---------------------------------------
+def test_coverage_identification_formula():
+    m = coverage_identification([[False, True], [False, False], [True, True], [True, False]], [1, 0, 0, 1])
+    assert m == {"coverage": 0.75, "identification": pytest.approx(2 / 3), "accuracy": 0.5}
+    assert coverage_identification([[False]], [0])["identification"] is None
+
+
+def test_failed_selection_counts_as_a_wrong_pick():
+    """None = the central output did not parse: never read as a pick of candidate 1 (which is correct here)."""
+    m = coverage_identification([[True, False], [True, True], [False, True]], [None, 0, None])
+    assert m == {"coverage": 1.0, "identification": pytest.approx(1 / 3), "accuracy": pytest.approx(1 / 3)}
+    assert coverage_identification([[True]], [None]) == {"coverage": 1.0, "identification": 0.0, "accuracy": 0.0}

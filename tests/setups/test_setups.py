@@ -1,17 +1,14 @@
-"""Inference setups: well-formed results on the tiny model, one engine call per step (batched across tasks), and
-the voting / MAESTRO selection logic on scripted completions whose verdicts are known."""
+"""Inference setups (selfevo.setups): well-formed results on the tiny model, one engine call per step (batched across
+tasks), and the voting / MAESTRO selection setups on scripted completions whose verdicts are known."""
 import re
 
 import pytest
 
 from helpers.paths import DATA, needs_data
-from selfevo.protocols.maestro import coverage_identification
-from selfevo.roles.maestro import parse_selection, shorten
 from selfevo.setups import SETUPS, SetupError, make_setup, run_setup
 from selfevo.setups.autogen import TERMINATE
 from selfevo.tasks import load_tasks
 from selfevo.types import Completion, SamplingParams, Task
-from selfevo.verifiers.voting import majority_vote, normalize_answer
 
 SAMPLING = SamplingParams(max_new_tokens=6, temperature=0.7)
 
@@ -118,27 +115,8 @@ def test_bad_options_are_one_line_errors():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Majority vote
+# Consistency, debate and AutoGen on scripted completions
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def test_normalize_answer():
-    assert normalize_answer(" $1,000$ ") == "1000"
-    assert normalize_answer("18.00") == normalize_answer("18") == "18"
-    assert normalize_answer("\\text{B}") == "B"
-    assert normalize_answer("x = 3.") == "x=3"
-    assert normalize_answer("") is None and normalize_answer(None) is None
-
-
-def test_majority_vote_counts_ties_and_missing():
-    vote = majority_vote(["3", None, "5", "5.0", "$5$", "3"])
-    assert (vote.index, vote.answer, vote.count, vote.total) == (2, "5", 3, 5)
-    assert vote.groups == [[0, 5], [2, 3, 4]]
-    tie = majority_vote(["7", "8", "8", "7"])
-    assert tie.index == 0 and tie.count == 2  # ties go to the answer seen first
-    assert majority_vote([None, None]).index is None
-    half = majority_vote(["1/2", "0.5", "2"], same=lambda a, b: {a, b} == {"1/2", "0.5"})
-    assert (half.index, half.count) == (0, 2)
 
 
 def test_consistency_vote_on_scripted_samples():
@@ -216,55 +194,6 @@ def test_autogen_all_terminate_in_one_step():
 # ----------------------------------------------------------------------------------------------------------------
 # MAESTRO central selection
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def test_parse_selection_is_strict():
-    ok = parse_selection("Reason: candidate 2 adds correctly.\nChosen: 2\nFinal: \\boxed{\\frac{1}{2}} done", 3)
-    assert (ok.index, ok.reason, ok.final) == (1, "candidate 2 adds correctly.", "\\frac{1}{2}")
-    multi = parse_selection("Some preamble\nReason: line one\nline two\n  Chosen: Candidate 3\nFinal: \\boxed{7}", 3)
-    assert multi.index == 2 and multi.reason == "line one\nline two"
-    bad = [
-        "Chosen: 2\nFinal: \\boxed{7}",  # no reason
-        "Reason: x\nChosen: 4\nFinal: \\boxed{7}",  # out of range
-        "Reason: x\nChosen: 0\nFinal: \\boxed{7}",
-        "Reason: x\nChosen: two\nFinal: \\boxed{7}",
-        "Reason: x\nChosen: 2\nFinal: 7",  # no box
-        "Reason: x\nChosen: 2\nFinal: \\boxed{7",  # unbalanced
-        "Reason: x\nChosen: 2",  # no final
-        "Reason: x\nChosen: 2 because it is right\nFinal: \\boxed{7}",
-        "Reason: x\nChosen: 2\nsomething in between\nFinal: \\boxed{7}",
-        "Reason:\nChosen: 2\nFinal: \\boxed{7}",  # empty reason
-        "**Reason:** x\n**Chosen:** 2\n**Final:** \\boxed{7}",
-        "I pick candidate 2, the answer is \\boxed{7}",
-    ]
-    for text in bad:
-        assert parse_selection(text, 3) is None, text
-    assert parse_selection("Reason: x\nChosen: 1\nFinal: def f(): pass", 3, require_boxed=False).final == \
-        "def f(): pass"
-
-
-def test_coverage_identification_formula():
-    m = coverage_identification([[False, True], [False, False], [True, True], [True, False]], [1, 0, 0, 1])
-    assert m == {"coverage": 0.75, "identification": pytest.approx(2 / 3), "accuracy": 0.5}
-    assert coverage_identification([[False]], [0])["identification"] is None
-
-
-def test_failed_selection_counts_as_a_wrong_pick():
-    """None = the central output did not parse: never read as a pick of candidate 1 (which is correct here)."""
-    m = coverage_identification([[True, False], [True, True], [False, True]], [None, 0, None])
-    assert m == {"coverage": 1.0, "identification": pytest.approx(1 / 3), "accuracy": pytest.approx(1 / 3)}
-    assert coverage_identification([[True]], [None]) == {"coverage": 1.0, "identification": 0.0, "accuracy": 0.0}
-
-
-def test_shorten_keeps_the_end_for_solutions():
-    text = "first we set up the equation and then simplify it carefully so the answer is \\boxed{42}"
-    tail = shorten(text, 30, keep="tail")
-    assert tail.startswith("... ") and tail.endswith("\\boxed{42}") and len(tail) <= 34
-    assert tail == "... so the answer is \\boxed{42}"  # the partial first word ("carefully") is dropped
-    assert shorten(text, 30) == "first we set up the equation ..."  # head (the broadcast's justification)
-    assert shorten(text, None, keep="tail") == text and shorten("short", 30, keep="tail") == "short"
-    with pytest.raises(ValueError):
-        shorten(text, 5, keep="middle")
 
 
 def maestro_script():
