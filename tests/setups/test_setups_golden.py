@@ -14,14 +14,13 @@ Regenerate (only on purpose, after a change meant to alter behaviour):
 import hashlib
 import json
 import os
-from pathlib import Path
-
 import pytest
 
+from helpers.paths import GOLDEN
 from selfevo.setups import run_setup
 from selfevo.types import Completion, SamplingParams, Task
 
-GOLDEN = Path(__file__).parent / "golden" / "setups.json"
+GOLDEN_FILE = GOLDEN / "setups.json"
 SAMPLING = SamplingParams(max_new_tokens=16, temperature=0.6, top_p=0.9)
 AGENTS = ["a0", "a1", "a2"]
 
@@ -101,10 +100,10 @@ def record(case: str) -> dict:
 def test_setups_are_pinned():
     got = {case: record(case) for case in CASES}
     if os.environ.get("SELFEVO_UPDATE_GOLDEN") == "1":
-        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
-        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+        GOLDEN_FILE.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN_FILE.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
         pytest.skip("golden file regenerated")
-    want = json.loads(GOLDEN.read_text())
+    want = json.loads(GOLDEN_FILE.read_text())
     assert sorted(got) == sorted(want)
     for case in CASES:
         for key in want[case]:
@@ -114,7 +113,7 @@ def test_setups_are_pinned():
 
 def test_golden_covers_the_interesting_branches():
     """The scripted texts exercise early stops, parse failures, exploration and disagreement (else the pin is weak)."""
-    want = json.loads(GOLDEN.read_text())
+    want = json.loads(GOLDEN_FILE.read_text())
     stops = {r["info"]["stopped_by"] for c in ("autogen", "autogen_seed3") for r in want[c]["results"]}
     assert stops == {"assistant", "user_proxy", "max_turns"}
     for case in ("maestro_select", "maestro_select_one_agent"):
