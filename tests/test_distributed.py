@@ -121,6 +121,7 @@ def _store_worker(rank: int, world: int, port: int, folder: str) -> None:
     distributed.shutdown()
 
 
+@pytest.mark.slow
 def test_store_step_and_score_split_over_two_ranks_equal_one_process(tmp_path, one_thread):
     import torch.multiprocessing as mp
 
@@ -194,6 +195,7 @@ def runs(tmp_path_factory):
     return one, two, resumed
 
 
+@pytest.mark.slow
 def test_two_process_comas_step_equals_one_process(runs):
     one, two, _ = runs
     # the adapters really moved (PEFT starts lora_B at 0) and equal the single-process ones
@@ -213,6 +215,7 @@ def test_two_process_comas_step_equals_one_process(runs):
     assert len(list((two / "tensorboard").iterdir())) == 1
 
 
+@pytest.mark.slow
 def test_two_process_run_resumes_with_one_process(runs):
     one, _, resumed = runs
     assert _max_diff(resumed / "adapters" / "step_1", one / "adapters" / "step_1") <= 1e-5
@@ -225,6 +228,7 @@ def test_two_process_run_resumes_with_one_process(runs):
     assert [x["world_size"] for x in json.loads((resumed / "run.json").read_text())] == [2, 1]
 
 
+@pytest.mark.slow
 def test_torchrun_command_line(tmp_path):
     """The README line ``OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 -m selfevo run comas ...`` (cpu preset, HF
     engine), on a free port of 127.0.0.1."""

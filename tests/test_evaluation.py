@@ -61,6 +61,7 @@ def test_format_table():
     assert lines[3].endswith("| - | - |")
 
 
+@pytest.mark.slow
 @needs_data
 def test_cli_writes_results_for_two_benchmarks_and_two_setups(tmp_path, capsys):
     out = tmp_path / "eval"

@@ -37,6 +37,7 @@ def test_hub_failure_is_one_line(monkeypatch):
     assert "\n" not in str(e.value) and "network unreachable" in str(e.value)
 
 
+@pytest.mark.slow
 def test_embedded_model_loads_with_chat_template():
     tok = models.load_tokenizer("smollm2-135m-instruct")
     text = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)

@@ -169,6 +169,7 @@ def _run(out, *extra):
                      "model.dtype=float32", f"output_dir={out}", *extra])
 
 
+@pytest.mark.slow
 def test_recipe_two_steps_then_resume_adds_exactly_one(tmp_path, capsys):
     out = tmp_path / "run"
     assert _run(out, "trainer.max_steps=2") == 0
@@ -189,6 +190,7 @@ def test_recipe_two_steps_then_resume_adds_exactly_one(tmp_path, capsys):
     assert [[t["text"] for t in e["turns"]] for e in last] == [[t["text"] for t in e["turns"]] for e in want]
 
 
+@pytest.mark.slow
 def test_resume_after_a_kill_between_log_and_checkpoint_logs_each_step_once(tmp_path):
     out = tmp_path / "run"
     assert _run(out, "trainer.max_steps=2") == 0
@@ -208,6 +210,7 @@ def test_resume_without_checkpoint_is_one_line_error(tmp_path, capsys):
     assert "no checkpoint" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_resuming_a_finished_run_writes_its_missing_final_adapters(tmp_path):
     """A run stopped after step 1 of 4 and resumed with max_steps=2 has nothing left to run: its final adapters
     are the checkpoint's (those of step 1)."""

@@ -69,6 +69,7 @@ def lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_recipe_end_to_end_with_resume(tmp_path):
     out, ref = tmp_path / "run", tmp_path / "ref"
     steady = "trainer.lr_schedule=constant"  # cosine depends on max_steps, which the resumed run raises
@@ -147,6 +148,7 @@ def test_baseline_trainers_run(tmp_path, optimizer):
         assert m["train"]["central"]["rows"] == 2 * sum(t["reward"] > 0 for t in samples)
 
 
+@pytest.mark.slow
 def test_trainable_executors_and_ablation_config(tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(args(tmp_path, out, "trainer.max_steps=1", "protocol.train_executors=true", "agents=2",

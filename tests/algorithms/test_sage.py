@@ -36,6 +36,7 @@ def lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_sage_steps_grow_the_pool_with_verified_items_and_reward_every_role(tmp_path):
     out = tmp_path / "run"
     assert cli.main(args(tmp_path, out, "trainer.max_steps=2")) == 0
@@ -68,6 +69,7 @@ def test_sage_ablation_switch_trains_without_a_role(tmp_path):
     assert lines(out / "metrics.jsonl")[0]["train"] == {}  # nothing left to train on
 
 
+@pytest.mark.slow
 def test_sage_resume_restores_the_pool(tmp_path):
     out, ref = tmp_path / "run", tmp_path / "ref"
     assert cli.main(args(tmp_path, out, "trainer.max_steps=2")) == 0
@@ -116,6 +118,7 @@ def test_tag_chain_challenger_writes_one_tag_per_stage(tmp_path):
     assert first[0]["reward"] == first[1]["reward"]  # every stage gets the Challenger's reward
 
 
+@pytest.mark.slow
 def test_admitted_code_items_verify_again_through_selfevo_verify(tmp_path, capsys):
     """Code seeds: the Challenger's new functions are admitted (their reference solution passes their tests in the
     sandbox, twice) and written to pool.jsonl; each one's reference solution scores 1.0 when re-run through
@@ -212,6 +215,7 @@ def test_an_empty_plan_is_not_shown_and_not_paid():
     assert shown[2] == pytest.approx(0.2 * 8 / 9 + 0.6 * 1.0 + 0.2 * 1.0)
 
 
+@pytest.mark.slow
 def test_plan_solve_items_are_drawn_after_admission_as_in_algorithm_1(tmp_path):
     one = tmp_path / "one.jsonl"
     one.write_text(json.dumps({"id": "s0", "domain": "math", "question": "What is 1 + 2?", "reference": "3"}) + "\n")

@@ -36,6 +36,7 @@ def test_masked_multilora_matches_peft_per_adapter(make_store):
     assert (peft_logits(store, "a0", ids) - peft_logits(store, "a1", ids)).abs().max() > 1e-2
 
 
+@pytest.mark.slow
 def test_greedy_matches_transformers_generate(make_store):
     store = make_store(("a0",), backbone="smollm2-135m-instruct")
     bb = store.backbones["smollm2-135m-instruct"]
@@ -139,6 +140,7 @@ def test_sampling_respects_temperature_and_top_p():
     torch.testing.assert_close(logp, torch.log_softmax(logits, -1)[torch.arange(3), tokens])
 
 
+@pytest.mark.slow
 @torch.no_grad()
 def test_bf16_fast_path_matches_peft(make_store):
     """bf16 on the embedded model: masked multi-LoRA + prepacked oneDNN matmuls (when vLLM's CPU ops exist) give
@@ -213,7 +215,8 @@ def test_multilora_set_rows_serves_a_new_batch(make_store):
         torch.testing.assert_close(mixed[i], peft_logits(store, agent, ids)[i], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("backbone,dtype", [("tiny-random", "float32"), ("smollm2-135m-instruct", "bfloat16")])
+@pytest.mark.parametrize("backbone,dtype", [("tiny-random", "float32"),
+                                            pytest.param("smollm2-135m-instruct", "bfloat16", marks=pytest.mark.slow)])
 def test_lean_decode_is_the_full_forward_bit_for_bit(make_store, backbone, dtype, monkeypatch):
     """Decode steps through LeanDecoder give exactly the tokens and log-probs of transformers' forward: mixed
     adapters (and none), rows joining mid-flight, sampled at temperature 1."""

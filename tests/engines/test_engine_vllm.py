@@ -11,7 +11,7 @@ from selfevo.policy import LoraSettings, PolicyStore, SeqBatch
 from selfevo.types import Request, SamplingParams
 
 pytest.importorskip("vllm")
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 MODEL = "smollm2-135m-instruct"
 GREEDY = SamplingParams(max_new_tokens=16, temperature=0.0)

@@ -127,6 +127,7 @@ def test_a_version_in_use_is_unloaded_only_when_its_requests_are_done(make_store
     engine.close()
 
 
+@pytest.mark.slow
 def test_replicas_share_a_backbone_and_backbones_get_their_own_server(make_store, tmp_path):
     store = make_store()
     fakes = [FakeVLLM().start() for _ in range(2)]
@@ -249,6 +250,7 @@ def test_started_servers_serve_and_are_stopped_with_their_workers(make_store, tm
     assert (tmp_path / "engine" / "servers.json").exists() and not (tmp_path / "engine" / "adapters").exists()
 
 
+@pytest.mark.slow
 def test_a_server_that_dies_at_start_or_never_gets_healthy_is_one_line(make_store, tmp_path):
     store = make_store()
     with pytest.raises(EngineError) as info:
@@ -296,6 +298,7 @@ def _gone(pids: list[int], within: float = 20.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; the parent-death signal is Linux")
 @pytest.mark.parametrize("how", ["exit", "hang"])
 def test_started_servers_die_with_the_process_that_started_them(tmp_path, how):
@@ -333,6 +336,7 @@ def _tree_digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_cli_step_through_the_server_and_a_crash_mid_step_keeps_the_checkpoint(fake, tmp_path, capsys):
     out = tmp_path / "run"
     assert _comas(out, fake, "trainer.max_steps=1") == 0

@@ -97,6 +97,7 @@ def test_ttrl_majority_is_the_pseudo_label():
 
 
 # ---- SRLM ------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_srlm_smoke_trains_the_adapter_with_trl_dpo(tmp_path, monkeypatch):
     import itertools
 

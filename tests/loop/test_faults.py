@@ -121,6 +121,7 @@ def no_orphans(run: Path) -> None:
     wait_for(lambda: not any(alive(p) or group_alive(p) for p in pids), 20, "end of every server process")
 
 
+@pytest.mark.slow
 @linux_only
 def test_a_server_killed_mid_step_is_started_again_or_stops_the_run_for_a_resume(tmp_path, capsys, one_thread):
     ref = tmp_path / "ref"
@@ -266,6 +267,7 @@ def finished(run: Path, worlds: list[int]) -> None:
     assert [x["world_size"] for x in json.loads((run / "run.json").read_text())] == worlds
 
 
+@pytest.mark.slow
 @linux_only
 def test_a_rank_killed_mid_step_resumes_with_two_processes(killed_rank, tmp_path):
     run = tmp_path / "run"
@@ -275,6 +277,7 @@ def test_a_rank_killed_mid_step_resumes_with_two_processes(killed_rank, tmp_path
     finished(run, [2, 2])
 
 
+@pytest.mark.slow
 @linux_only
 def test_a_rank_killed_mid_step_resumes_with_one_process(killed_rank, tmp_path, one_thread):
     run = tmp_path / "run"
@@ -289,6 +292,7 @@ def _full_disk(path: Path) -> OSError:
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["trainer.pt", "second adapter"])
 def test_a_checkpoint_write_that_fails_part_way_keeps_the_previous_one(tmp_path, capsys, monkeypatch, one_thread,
                                                                        where):

@@ -204,6 +204,7 @@ def comas_run(tmp_path_factory):
     return {"out": out, "data": data, "rc": (rc1, rc2), "first": snap}
 
 
+@pytest.mark.slow
 def test_cli_run_metrics_with_in_loop_evaluation(comas_run):
     assert comas_run["rc"] == (0, 0)
     lines = [json.loads(x) for x in comas_run["first"]["metrics.jsonl"].splitlines()]
@@ -215,6 +216,7 @@ def test_cli_run_metrics_with_in_loop_evaluation(comas_run):
         assert set(m["reward"]) == {"agent0", "agent1"}
 
 
+@pytest.mark.slow
 def test_cli_run_episodes_are_the_jsonl_tasks(comas_run):
     eps = [json.loads(x) for x in comas_run["first"]["episodes.jsonl"].splitlines()]
     assert len(eps) == 4 and [e["step"] for e in eps] == [0, 0, 1, 1]
@@ -224,6 +226,7 @@ def test_cli_run_episodes_are_the_jsonl_tasks(comas_run):
         assert {t["agent"] for t in e["turns"]} <= {"agent0", "agent1"}
 
 
+@pytest.mark.slow
 def test_cli_run_records_the_launch(comas_run):
     (launch,) = json.loads(comas_run["first"]["run.json"])
     assert isinstance(launch["argv"], list) and launch["argv"]
@@ -234,11 +237,13 @@ def test_cli_run_records_the_launch(comas_run):
     assert (out / "adapters" / "step_1" / "agent0" / "adapter_config.json").exists()
 
 
+@pytest.mark.slow
 def test_cli_run_json_records_the_run_command(comas_run):
     (launch,) = json.loads(comas_run["first"]["run.json"])
     assert "trainer.max_steps=2" in launch["argv"]
 
 
+@pytest.mark.slow
 def test_cli_resume_appends_one_launch_and_one_step(comas_run):
     out = comas_run["out"]
     launches = json.loads((out / "run.json").read_text())

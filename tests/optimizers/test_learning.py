@@ -5,6 +5,7 @@ Reward: 1 if the response starts with a target token, else 0. The target is the 
 first token on the training prompts (so the starting reward is low but not zero). The held-out reward is measured
 exactly (the probability of the target as first token), so "beyond noise" is a clean margin, not a sample mean.
 """
+import pytest
 import torch
 
 from selfevo.engines.hf import HFEngine
@@ -33,6 +34,7 @@ def first_token_probs(store, agent, prompts, engine):
         return torch.softmax((last @ b.causal_lm.get_output_embeddings().weight.t()).float(), -1)
 
 
+@pytest.mark.slow
 def test_reinforce_pp_raises_held_out_reward():
     torch.manual_seed(0)
     store = PolicyStore(dtype="bfloat16", lora=LoraSettings(r=8, alpha=16), lr=2e-3, micro_batch=16)

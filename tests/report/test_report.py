@@ -151,6 +151,7 @@ def _norm(text: str) -> str:
     return " ".join(text.split())
 
 
+@pytest.mark.slow
 @needs_data
 def test_report_of_real_run_and_eval_renders_in_headless_chromium(real_dirs, tmp_path):
     run, evaluation = real_dirs

@@ -35,6 +35,7 @@ def test_seed_set_items_carry_their_verifiers(seeds):
             assert task.domain == "math" and task.reference
 
 
+@pytest.mark.slow
 @needs_data
 def test_seed_code_items_validate(seeds):
     code = [t for t in seeds if t.domain == "code"]

@@ -210,6 +210,7 @@ def test_json_and_type_checks():
     assert foreign_type(re.match("a", "a"), set()) == ""  # a C heap type
 
 
+@pytest.mark.slow
 def test_large_outputs_are_checked_completely():
     class Fake(int):
         __eq__ = int.__ne__
