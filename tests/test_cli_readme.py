@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
+from helpers.paths import ROOT
 from selfevo import cli
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = ROOT / "README.md"
 HEAVY_TEXT = ("--preset paper", "engine.name=vllm", "SELFEVO_EXTRA=gpu")
 SEPARATORS = {"&&", "||", "|", ";", "&"}
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -309,7 +310,15 @@ def run_for_real(argv: list[str], capsys) -> None:
     assert rc == 0, f"selfevo {shlex.join(argv)}: {err.strip()[-2000:]}"
 
 
-@pytest.mark.parametrize("line, argv", CASES, ids=[shlex.join(argv) or "(none)" for _, argv in CASES])
+def case(line: str, argv: list[str]):
+    """A README command as a test case. Slow: one that trains or evaluates (``run``/``eval`` without ``--dry-run`` or
+    ``--help``; it runs for real, 2-45 s each on 2 cores), and ``report``, which reads what those lines made."""
+    trains = argv[:1] in (["run"], ["eval"]) and not {"--dry-run", "-h", "--help"} & set(argv)
+    slow = trains or argv[:1] == ["report"]
+    return pytest.param(line, argv, marks=[pytest.mark.slow] if slow else [], id=shlex.join(argv) or "(none)")
+
+
+@pytest.mark.parametrize("line, argv", [case(line, argv) for line, argv in CASES])
 def test_readme_command(line, argv, work, capsys, monkeypatch):
     case = CASES.index((line, argv))
     command = argv[0] if argv else ""

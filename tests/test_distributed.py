@@ -5,9 +5,9 @@
   lr 1 makes the parameter change the clipped gradient itself, so the reduced gradient is compared directly),
   including a rank that gets no rows.
 * recipe: a real CoMAS step on tiny-random in fp32 with the scripted "golden" engine
-  (``tests/golden_engine.py``) under ``torchrun --nproc_per_node 2`` ends with the adapters (≤ 1e-5) and the logs of
-  one process over the same global batch; resuming that run with 1 process gives the 2-step 1-process run; the
-  README's torchrun command line finishes with one metrics line.
+  (``tests/helpers/golden_engine.py``) under ``torchrun --nproc_per_node 2`` ends with the adapters (≤ 1e-5) and the
+  logs of one process over the same global batch; resuming that run with 1 process gives the 2-step 1-process run;
+  the README's torchrun command line finishes with one metrics line.
 
 Each test takes 30-45 s on a loaded 2-core CPU (the processes start, import torch and transformers, load the model).
 """
@@ -23,13 +23,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import helpers.golden_engine  # noqa: F401  (registers engine "golden")
+from helpers.paths import HELPERS, ROOT
 from selfevo import cli, distributed
 from selfevo.policy import SeqBatch
-
-TESTS = Path(__file__).parent
-ROOT = TESTS.parent
-sys.path.insert(0, str(TESTS))
-import golden_engine  # noqa: E402,F401  (registers engine "golden")
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
@@ -124,6 +121,7 @@ def _store_worker(rank: int, world: int, port: int, folder: str) -> None:
     distributed.shutdown()
 
 
+@pytest.mark.slow
 def test_store_step_and_score_split_over_two_ranks_equal_one_process(tmp_path, one_thread):
     import torch.multiprocessing as mp
 
@@ -187,7 +185,7 @@ def runs(tmp_path_factory):
     torch.set_num_threads(1)
     assert cli.main([*COMAS, "trainer.max_steps=2", "log.tensorboard=false", f"output_dir={one}"]) == 0
     cmd = [*TORCHRUN, "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           str(TESTS / "golden_engine.py"), *COMAS, "trainer.max_steps=1", f"output_dir={two}"]
+           str(HELPERS / "golden_engine.py"), *COMAS, "trainer.max_steps=1", f"output_dir={two}"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env1(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     shutil.copytree(two, resumed)
@@ -197,6 +195,7 @@ def runs(tmp_path_factory):
     return one, two, resumed
 
 
+@pytest.mark.slow
 def test_two_process_comas_step_equals_one_process(runs):
     one, two, _ = runs
     # the adapters really moved (PEFT starts lora_B at 0) and equal the single-process ones
@@ -216,6 +215,7 @@ def test_two_process_comas_step_equals_one_process(runs):
     assert len(list((two / "tensorboard").iterdir())) == 1
 
 
+@pytest.mark.slow
 def test_two_process_run_resumes_with_one_process(runs):
     one, _, resumed = runs
     assert _max_diff(resumed / "adapters" / "step_1", one / "adapters" / "step_1") <= 1e-5
@@ -228,6 +228,7 @@ def test_two_process_run_resumes_with_one_process(runs):
     assert [x["world_size"] for x in json.loads((resumed / "run.json").read_text())] == [2, 1]
 
 
+@pytest.mark.slow
 def test_torchrun_command_line(tmp_path):
     """The README line ``OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 -m selfevo run comas ...`` (cpu preset, HF
     engine), on a free port of 127.0.0.1."""

@@ -1,14 +1,12 @@
 """``selfevo eval``: argument parsing, one-line errors, and the files it writes (tiny model, 2 benchmarks x 2 setups)."""
 import json
-import os
 
 import pytest
 
+from helpers.paths import DATA, needs_data
 from selfevo import evaluation
 from selfevo.evaluation import EvalError, format_table, load_eval_config, main
 
-DATA = os.environ.get("SELFEVO_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
-needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason="benchmark data not found (set SELFEVO_DATA)")
 
 
 def test_load_eval_config_lists_defaults_and_setup_options(tmp_path):
@@ -63,6 +61,7 @@ def test_format_table():
     assert lines[3].endswith("| - | - |")
 
 
+@pytest.mark.slow
 @needs_data
 def test_cli_writes_results_for_two_benchmarks_and_two_setups(tmp_path, capsys):
     out = tmp_path / "eval"

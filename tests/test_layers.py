@@ -12,7 +12,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "selfevo"
+from helpers.paths import ROOT
+
+PACKAGE = ROOT / "selfevo"
 
 # Bottom to top. A module belongs to the floor of its longest listed prefix; the bare ``selfevo`` package is floor 0.
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
@@ -34,11 +36,11 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
 
 def module_name(path: Path) -> str:
     """``selfevo/setups/base.py`` → ``selfevo.setups.base``; a package's ``__init__.py`` → the package."""
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES: dict[str, Path] = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+MODULES: dict[str, Path] = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def floor_of(module: str) -> int | None:

@@ -15,16 +15,17 @@ float comparisons are all pure-Python arithmetic are left out.
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.paths import ROOT
 
 FLOAT_PIN_FILES = [
-    "tests/test_golden_comas.py", "tests/test_golden_recipes.py", "tests/test_setups_golden.py",
-    "tests/test_engine_hf.py", "tests/test_objectives.py", "tests/test_kit_optimizers.py", "tests/test_rewards.py", "tests/test_adamw.py",
-    "tests/test_policy.py", "tests/test_stats.py", "tests/test_kit_rewards.py", "tests/test_maestro.py",
+    "tests/algorithms/test_golden_comas.py", "tests/algorithms/test_golden_recipes.py",
+    "tests/engines/test_engine_hf.py", "tests/optimizers/test_clpo.py", "tests/optimizers/test_objectives.py",
+    "tests/optimizers/test_optimizers.py", "tests/policy/test_adamw.py", "tests/policy/test_batch.py",
+    "tests/policy/test_policy.py", "tests/rewards/test_rewards.py", "tests/setups/test_setups_golden.py",
+    "tests/test_stats.py",
 ]
 
 SETTINGS = {
@@ -43,7 +44,7 @@ def test_float_pins_hold_under_other_kernels(setting):
     env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS",
                                                              "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")}
     env.update(SETTINGS[setting])
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
-                           *FLOAT_PIN_FILES], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FLOAT_PIN_FILES], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=1200)
     tail = "\n".join(proc.stdout.splitlines()[-25:])
     assert proc.returncode == 0, f"{setting}: float pins fail under {SETTINGS[setting]}:\n{tail}"

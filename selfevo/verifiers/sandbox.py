@@ -6,7 +6,7 @@ The child is the harness, ``sandbox_harness.py`` beside this file (:data:`HARNES
 (``python -I -B sandbox_harness.py``); it only imports the standard library, so it runs the same way whether
 ``selfevo`` is importable there or not. Tests reach its pure parts through :func:`harness_for_tests`.
 
-Containment, outermost first (each layer is tested on its own in ``tests/test_sandbox_hostile.py``):
+Containment, outermost first (each layer is tested on its own in ``tests/verifiers/test_sandbox_hostile.py``):
 
 1. Process: a new session (``start_new_session``) whose whole process group is SIGKILLed when the job ends or its
    wall-clock deadline passes; rlimits on CPU time, address space (RLIMIT_AS), file size, open files and core

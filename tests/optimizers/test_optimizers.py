@@ -1,0 +1,274 @@
+"""Optimizers (selfevo.optimizers): every registered optimizer trains only its agent's adapter on a tiny fp32 model;
+zero advantages leave the weights alone; SFT skips non-positive rows; GRPO groups by prompt; Samples.from_turns and
+train_agents. The objectives' arithmetic is tested in test_objectives.py."""
+import math
+
+import pytest
+import torch
+
+from selfevo.interaction import Episode, Turn
+from selfevo.loop import TrainerCfg
+from selfevo.optimizers import OPTIMIZERS, Samples, train_agents
+from selfevo.optimizers.base import on_policy
+from selfevo.optimizers.objectives import task_relative_advantages
+from selfevo.policy import SeqBatch
+from selfevo.types import Completion, Request, Task
+
+PRIME = "Name a prime number larger than ten."
+PROMPTS = ["What is 1+1?", "What is 1+1?", PRIME, PRIME]
+ANSWERS = ["It is 2.", "Three, I think", "Eleven", "Twelve is prime, of course"]
+REWARDS = [1.0, 0.0, 0.5, -0.5]
+
+
+def token_rows(store, prompts=PROMPTS, answers=ANSWERS):
+    tok = store.backbones["tiny-random"].tokenizer
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    return [ids(p) for p in prompts], [ids(a) for a in answers], tok.pad_token_id
+
+
+def samples_of(store, rewards=REWARDS, groups=None, **kw):
+    p, c, pad = token_rows(store, **kw)
+    return Samples(SeqBatch.build(p, c, pad), torch.tensor(rewards, dtype=torch.float32), groups)
+
+
+def snapshot(store):
+    model = store.backbones["tiny-random"].model
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def delta(before, after, agent=None, lora=True):
+    """Norm of the change of the parameters of ``agent``'s adapter (or of the frozen base with lora=False)."""
+    sq = 0.0
+    for n, p in before.items():
+        is_lora = "lora_" in n
+        if lora and not (is_lora and f".{agent}." in n):
+            continue
+        if not lora and is_lora:
+            continue
+        sq += float(((after[n] - p) ** 2).sum())
+    return math.sqrt(sq)
+
+
+AGENTS = ("a0", "a1", "a2")
+
+
+@pytest.fixture(scope="module")
+def _shared():
+    from selfevo.policy import LoraSettings, PolicyStore
+
+    store = PolicyStore(dtype="float32", lora=LoraSettings(r=8, alpha=16), lr=1e-2)  # as conftest's make_store
+    for a in AGENTS:
+        store.add_agent(a, "tiny-random")
+    return store, snapshot(store)
+
+
+def reset(store, micro_batch=8, max_grad_norm=1.0):
+    """Back to the freshly built state: initial weights, no optimizer state, versions 0."""
+    init = store._initial
+    with torch.no_grad():
+        for n, p in store.backbones["tiny-random"].model.named_parameters():
+            p.copy_(init[n])
+    store.optimizers.clear()
+    store.versions = {a: 0 for a in AGENTS}
+    store.micro_batch, store.max_grad_norm = micro_batch, max_grad_norm
+    return store
+
+
+@pytest.fixture
+def store(_shared):
+    """One fp32 tiny-random store with agents a0, a1, a2 shared by the module, reset before every test."""
+    s, init = _shared
+    s._initial = init
+    return reset(s)
+
+
+def test_registry_has_the_documented_optimizers():
+    assert set(OPTIMIZERS.names()) >= {"reinforce_pp", "task_relative", "grpo", "sft"}
+
+
+@pytest.mark.parametrize("name", [n for n in OPTIMIZERS.names() if n != "none"])  # "none": no update, by design
+def test_every_optimizer_trains_only_its_agents_adapter(make_store, name):
+    store = make_store(agents=("a0", "a1", "a2"), micro_batch=2)
+    samples = samples_of(store)
+    before = snapshot(store)
+    stats = OPTIMIZERS.get(name)(TrainerCfg())(store, "a1", samples)
+    after = snapshot(store)
+    assert stats["skipped"] is False and math.isfinite(stats["loss"]) and stats["grad_norm"] > 0
+    assert delta(before, after, "a1") > 0
+    assert delta(before, after, "a0") == 0 and delta(before, after, "a2") == 0
+    assert delta(before, after, lora=False) == 0  # the frozen backbone never moves
+    assert store.versions == {"a0": 0, "a1": 1, "a2": 0}
+    assert store.adapter_params("a1") and all(p.grad is None for p in store.adapter_params("a1"))
+
+
+@pytest.mark.parametrize("name,cfg", [("reinforce_pp", TrainerCfg(kl_coef=0.1)),
+                                      ("reinforce_pp", TrainerCfg(kl_coef=0.1, kl_in_reward=False, kl_estimator="k3")),
+                                      ("grpo", TrainerCfg(kl_coef=0.1, kl_in_reward=False, kl_estimator="k2")),
+                                      ("task_relative", TrainerCfg(kl_coef=0.1, kl_in_reward=False))])
+def test_kl_variants_train_and_measure_kl(store, name, cfg):
+    opt = OPTIMIZERS.get(name)(cfg)
+    before = snapshot(store)
+    first = opt(store, "a0", samples_of(store))
+    if "kl" in first:
+        assert abs(first["kl"]) < 1e-6  # a fresh adapter (B = 0) is the reference policy
+    second = opt(store, "a0", samples_of(store))
+    if "kl" in second and cfg.kl_in_reward:
+        assert second["kl"] != 0.0
+    after = snapshot(store)
+    assert math.isfinite(second["loss"]) and delta(before, after, "a0") > 0 and delta(before, after, "a1") == 0
+
+
+def test_micro_batch_size_does_not_change_the_gradient(store):
+    """The step's token-mean normaliser makes micro-batching exact: with plain SGD (lr 1, no clipping) the update is
+    minus the gradient, the same for micro-batches of 1, 3 and 8 rows."""
+    deltas = []
+    for mb in (1, 3, 8):
+        reset(store, micro_batch=mb, max_grad_norm=1e9)
+        store.optimizers["a0"] = torch.optim.SGD(store.adapter_params("a0"), lr=1.0)
+        before = snapshot(store)
+        OPTIMIZERS.get("reinforce_pp")(TrainerCfg())(store, "a0", samples_of(store))
+        after = snapshot(store)
+        deltas.append({n: after[n] - before[n] for n in before if "lora_" in n})
+    norm = math.sqrt(sum(float((d ** 2).sum()) for d in deltas[0].values()))
+    assert norm > 0
+    for other in deltas[1:]:  # equal up to float summation order (relative to the whole gradient)
+        diff = math.sqrt(sum(float(((other[n] - d) ** 2).sum()) for n, d in deltas[0].items()))
+        assert diff < 1e-4 * norm
+
+
+@pytest.mark.parametrize("train_batch,epochs,steps", [(0, 1, 1), (2, 1, 2), (3, 1, 2), (0, 2, 2), (2, 2, 4)])
+def test_train_batch_and_epochs_count_optimizer_steps(store, train_batch, epochs, steps):
+    before = snapshot(store)
+    cfg = TrainerCfg(train_batch=train_batch, epochs=epochs)
+    stats = OPTIMIZERS.get("reinforce_pp")(cfg)(store, "a1", samples_of(store))
+    assert stats["optimizer_steps"] == steps and store.versions["a1"] == steps and stats["skipped"] is False
+    assert delta(before, snapshot(store), "a1") > 0 and delta(before, snapshot(store), "a0") == 0
+    if on_policy(cfg):
+        assert stats["kl_rollout"] == 0.0 and stats["clip_frac"] == 0.0
+
+
+# ---- zero advantages -------------------------------------------------------------------------------------------
+def test_task_relative_equal_rewards_in_every_group_is_a_no_op(store):
+    rewards, groups = [1.0, 1.0, 0.0, 0.0], ["x", "x", "y", "y"]
+    assert torch.equal(task_relative_advantages(torch.tensor(rewards), groups), torch.zeros(4))
+    before = snapshot(store)
+    stats = OPTIMIZERS.get("task_relative")(TrainerCfg())(store, "a0", samples_of(store, rewards, groups))
+    assert stats["loss"] == 0.0 and stats["grad_norm"] == 0.0 and stats["clip_frac"] == 0.0
+    assert delta(before, snapshot(store), "a0") == 0
+
+
+@pytest.mark.parametrize("name", ["task_relative", "grpo", "reinforce_pp"])
+def test_constant_rewards_give_no_update(store, name):
+    before = snapshot(store)
+    stats = OPTIMIZERS.get(name)(TrainerCfg())(store, "a0", samples_of(store, [0.7] * 4))
+    assert stats["loss"] == 0.0 and stats["grad_norm"] == 0.0
+    assert delta(before, snapshot(store), "a0") == 0
+
+
+# ---- SFT ---------------------------------------------------------------------------------------------------------
+def test_sft_keeps_only_positive_rows(store):
+    before = snapshot(store)
+    stats = OPTIMIZERS.get("sft")(TrainerCfg())(store, "a0", samples_of(store, [1.0, 0.0, -1.0, 2.0]))
+    assert stats["rows"] == 2 and stats["skipped"] is False and stats["loss"] > 0
+    assert delta(before, snapshot(store), "a0") > 0 and delta(before, snapshot(store), "a1") == 0
+
+
+def test_sft_all_non_positive_is_skipped(store):
+    before = snapshot(store)
+    stats = OPTIMIZERS.get("sft")(TrainerCfg())(store, "a0", samples_of(store, [0.0, -1.0, 0.0, -0.1]))
+    assert stats == {"loss": 0.0, "grad_norm": 0.0, "skipped": True, "rows": 0}
+    assert delta(before, snapshot(store), "a0") == 0 and store.versions["a0"] == 0
+
+
+# ---- what the optimizers hand to the store (a capturing stand-in) ------------------------------------------------
+class CaptureStore:
+    """Stands in for PolicyStore.step: records the batch (and its advantages) the optimizer built."""
+
+    micro_batch = 8
+
+    def __init__(self):
+        self.batches = []
+        self.versions = {"a": 0}
+
+    def step(self, agent, batch, loss_fn):
+        self.batches.append(batch)
+        logp = torch.zeros(batch.input_ids.shape, requires_grad=True)
+        return {"loss": float(loss_fn(logp, batch).detach()), "grad_norm": 0.0, "skipped": False}
+
+
+def _sequence_adv(batch):
+    """Per-row advantage (constant over the row's completion tokens)."""
+    adv, mask = batch.extras["adv"], batch.loss_mask
+    out = []
+    for i in range(adv.shape[0]):
+        vals = adv[i][mask[i] > 0]
+        assert torch.allclose(vals, vals[0].expand_as(vals))
+        assert torch.all(adv[i][mask[i] == 0] == 0)
+        out.append(float(vals[0]))
+    return out
+
+
+def _fake_samples(prompts, rewards, groups=None):
+    completions = [[50 + i] * (2 + i) for i in range(len(prompts))]
+    return Samples(SeqBatch.build(prompts, completions, 0), torch.tensor(rewards), groups)
+
+
+def test_grpo_groups_by_prompt_by_default():
+    prompts = [[5, 6, 7], [5, 6, 7], [8, 9], [8, 9]]
+    store = CaptureStore()
+    OPTIMIZERS.get("grpo")(TrainerCfg())(store, "a", _fake_samples(prompts, [1.0, 1.0, 1.0, 0.0]))
+    assert _sequence_adv(store.batches[0]) == pytest.approx([0.0, 0.0, 1.0, -1.0], abs=1e-6)
+    # task_relative without groups normalises the whole batch as one group: rows 0, 1 get a signal
+    store = CaptureStore()
+    OPTIMIZERS.get("task_relative")(TrainerCfg())(store, "a", _fake_samples(prompts, [1.0, 1.0, 1.0, 0.0]))
+    s = math.sqrt(0.1875)
+    assert _sequence_adv(store.batches[0]) == pytest.approx([0.25 / s] * 3 + [-0.75 / s], abs=1e-5)
+
+
+def test_grpo_explicit_groups_override_prompt_groups():
+    prompts = [[5, 6, 7], [5, 6, 7], [8, 9], [8, 9]]
+    store = CaptureStore()
+    OPTIMIZERS.get("grpo")(TrainerCfg())(store, "a", _fake_samples(prompts, [1.0, 0.0, 1.0, 0.0], ["g", "h", "g", "h"]))
+    assert _sequence_adv(store.batches[0]) == pytest.approx([0.0] * 4, abs=1e-6)
+
+
+def test_sft_hands_only_positive_rows_to_the_store():
+    prompts = [[5, 6], [7], [8, 9, 10], [11]]
+    store = CaptureStore()
+    stats = OPTIMIZERS.get("sft")(TrainerCfg())(store, "a", _fake_samples(prompts, [0.5, 0.0, 2.0, -3.0]))
+    (batch,) = store.batches
+    assert stats["rows"] == 2 and batch.input_ids.shape[0] == 2
+    assert batch.input_ids[0, :2].tolist() == [5, 6] and batch.input_ids[1, :3].tolist() == [8, 9, 10]
+
+
+# ---- Samples.from_turns and train_agents -------------------------------------------------------------------------
+def _turn(agent, role, prompt, completion, reward):
+    req = Request(agent, [{"role": "user", "content": "q"}])
+    return Turn(agent, role, Completion(req, prompt, completion, [0.0] * len(completion), "x", "stop"), reward=reward)
+
+
+def test_samples_from_turns_groups_and_keep_together():
+    turns = [_turn("a", "solver", [1, 2], [3], 1.0), _turn("a", "scorer", [1], [4, 5], 0.0),
+             _turn("a", "solver", [6], [7, 8, 9], -1.0)]
+    s = Samples.from_turns(turns, pad_id=0, group_by=lambda t: t.role,
+                           keep_together=lambda t: t.completion.prompt_ids[0])
+    assert s.rewards.tolist() == [1.0, 0.0, -1.0]
+    assert s.groups == ["solver", "scorer", "solver"]
+    assert s.batch.groups == [1, 1, 6]
+    assert s.batch.loss_mask.tolist() == [[0, 0, 1, 0], [0, 1, 1, 0], [0, 1, 1, 1]]
+    plain = Samples.from_turns(turns, pad_id=0)
+    assert plain.groups is None and plain.batch.groups is None
+
+
+def test_train_agents_updates_each_rewarded_agent_only(store):
+    p, c, _ = token_rows(store)
+    turns = [_turn("a0", "solver", p[i], c[i], r) for i, r in enumerate(REWARDS)]
+    turns += [_turn("a1", "solver", p[0], c[0], None), _turn("a1", "solver", p[1], c[1], None)]  # masked: no update
+    turns += [_turn("a2", "solver", p[2], c[2], 1.0), _turn("a2", "solver", p[3], c[3], 0.0)]
+    before = snapshot(store)
+    stats = train_agents(store, OPTIMIZERS.get("reinforce_pp")(TrainerCfg()),
+                         [Episode(Task("t", "math", "q", "1"), turns)], ["a0", "a1", "a2"])
+    after = snapshot(store)
+    assert set(stats) == {"a0", "a2"}
+    assert all(v == round(v, 5) for s in stats.values() for v in s.values() if isinstance(v, float))
+    assert delta(before, after, "a0") > 0 and delta(before, after, "a2") > 0 and delta(before, after, "a1") == 0

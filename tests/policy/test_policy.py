@@ -1,0 +1,191 @@
+"""The policy store (selfevo.policy): chosen log-probs and entropies against the full softmax, the reference policy
+(adapters disabled), micro-batched gradients, adapters saved and loaded in PEFT's format, lending the model,
+right-padded rows, and the LoRA computation in the activation dtype against PEFT."""
+import pytest
+import torch
+
+from helpers.adapters import randomize_adapters
+from selfevo.optimizers.objectives import entropy_from_logits
+from selfevo.policy.logprobs import chosen_entropy, chosen_logprobs, reference_chosen_logprobs
+from selfevo.policy import SeqBatch
+
+
+def test_chosen_logprobs_value_and_gradient_match_full_softmax():
+    torch.manual_seed(0)
+    h = torch.randn(37, 16, requires_grad=True)
+    w = torch.randn(50, 16)
+    t = torch.randint(0, 50, (37,))
+    g = torch.randn(37)
+    fast = chosen_logprobs(h, w, t, chunk=8)
+    (fast * g).sum().backward()
+    grad_fast = h.grad.clone()
+    h.grad = None
+    ref = reference_chosen_logprobs(h, w, t)
+    (ref * g).sum().backward()
+    torch.testing.assert_close(fast, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grad_fast, h.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_chosen_logprobs_refuses_trainable_head():
+    with pytest.raises(ValueError, match="frozen"):
+        chosen_logprobs(torch.randn(2, 4), torch.randn(5, 4, requires_grad=True), torch.tensor([0, 1]))
+
+
+def test_chosen_entropy_matches_the_full_softmax_and_its_gradient():
+    gen = torch.Generator().manual_seed(1)
+    hidden = torch.randn(5, 4, generator=gen, dtype=torch.float64).requires_grad_(True)
+    weight = torch.randn(11, 4, generator=gen, dtype=torch.float64)
+    ref_h = hidden.detach().clone().requires_grad_(True)
+    want = entropy_from_logits(ref_h @ weight.t())
+    got = chosen_entropy(hidden, weight, chunk=2)
+    assert torch.allclose(got.double(), want.double(), atol=1e-6)
+    g = torch.randn(5, generator=gen, dtype=torch.float64)
+    (got.double() * g).sum().backward()
+    (want.double() * g).sum().backward()
+    assert torch.allclose(hidden.grad, ref_h.grad, atol=1e-5)
+
+
+def test_reference_policy_is_adapter_disabled(make_store):
+    store = make_store(("a0",))
+    b = SeqBatch.build([[5, 6, 7]], [[8, 9]], 2)
+    with torch.no_grad():
+        fresh = store.token_logprobs("a0", b)
+        ref = store.token_logprobs(None, b)
+    torch.testing.assert_close(fresh, ref)  # a fresh adapter (B = 0) is the identity
+    randomize_adapters(store)
+    with torch.no_grad():
+        assert (store.token_logprobs("a0", b) - store.token_logprobs(None, b)).abs().max() > 1e-3
+
+
+def test_micro_batched_gradients_equal_one_big_batch(make_store):
+    b = SeqBatch.build([[5, 6, 7], [9], [4, 4]], [[8, 9], [1, 2, 3, 4], [6]], 2)
+    n_tokens = b.loss_mask.sum()
+    grads = []
+    for micro in (1, 3):
+        torch.manual_seed(0)  # same lora_A init in both stores
+        store = make_store(("a0",), micro_batch=micro)
+        randomize_adapters(store)
+        params = store.adapter_params("a0")
+        loss = lambda logp, mb: -(logp * mb.loss_mask).sum() / n_tokens  # noqa: E731
+        opt = store.optimizer("a0")
+        opt.zero_grad()
+        for mb in store.micro_batches(b):
+            loss(store.token_logprobs("a0", mb), mb).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in params]))
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-5)
+
+
+def test_save_load_roundtrip_and_peft_format(make_store, tmp_path):
+    from peft import PeftModel
+
+    from selfevo import models
+
+    store = make_store(("a0", "a1"))
+    randomize_adapters(store)
+    path = store.save_adapter("a0", tmp_path / "a0")
+    b = SeqBatch.build([[5, 6, 7]], [[8, 9, 10]], 2)
+    with torch.no_grad():
+        want = store.token_logprobs("a0", b)
+    # PEFT itself loads it onto a fresh base model and gives the same log-probs
+    base = models.load_model("tiny-random", dtype="float32")
+    peft = PeftModel.from_pretrained(base, str(path))
+    with torch.no_grad():
+        logits = peft(input_ids=b.input_ids).logits.float()
+    lp = torch.log_softmax(logits[0, :-1], -1).gather(-1, b.input_ids[0, 1:, None]).squeeze(-1)
+    torch.testing.assert_close(lp[2:], want[0, 3:], atol=1e-5, rtol=1e-5)
+    # load into another agent: now a1 behaves like a0
+    store.load_adapter("a1", path)
+    with torch.no_grad():
+        torch.testing.assert_close(store.token_logprobs("a1", b), want)
+
+
+def test_load_adapter_errors(make_store, tmp_path):
+    store = make_store(("a0",))
+    with pytest.raises(FileNotFoundError, match="no adapter_model.safetensors"):
+        store.load_adapter("a0", tmp_path)
+    other = make_store(("b0",), backbone="tiny-random-gemma3")
+    path = other.save_adapter("b0", tmp_path / "g")
+    with pytest.raises(Exception):
+        store.load_adapter("a0", path)
+
+
+def test_lend_trains_only_the_agent_and_takes_the_model_back_as_lent(make_store):
+    from peft import LoraConfig
+
+    store = make_store(("a0", "a1"))
+    randomize_adapters(store)
+    b = SeqBatch.build([[5, 6, 7]], [[8, 9]], 2)
+    with torch.no_grad():
+        before = {a: store.token_logprobs(a, b) for a in ("a0", "a1")}
+    grads = {n: p.requires_grad for n, p in store.backbones["tiny-random"].model.named_parameters()}
+    version = store.versions["a0"]
+    with store.lend("a0") as (model, tok):
+        assert model is store.backbones["tiny-random"].model and tok is store.backbones["tiny-random"].tokenizer
+        assert model.training and model.active_adapter == "a0"
+        trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+        assert trainable and all(".a0." in n and "lora_" in n for n in trainable)
+        model.add_adapter("ref", LoraConfig(r=4, target_modules="all-linear"))  # what TRL's DPOTrainer adds
+        lm = model.get_base_model()
+        lm.forward = lambda *a, **k: None  # a patched forward (TRL's fused LM head)
+        opt = store.optimizer("a0")
+        ids = torch.tensor([[5, 6, 7, 8, 9]])
+        model.set_adapter("a0")
+        (-lm.__class__.forward(lm, input_ids=ids).logits.log_softmax(-1)[0, -1, 3]).backward()
+        opt.step()
+    assert list(model.peft_config) == ["a0", "a1"] and "forward" not in vars(lm) and not model.training
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == grads
+    assert store.versions["a0"] == version + 1
+    with torch.no_grad():
+        assert (store.token_logprobs("a0", b) - before["a0"]).abs().max() > 0  # trained in place
+        torch.testing.assert_close(store.token_logprobs("a1", b), before["a1"])  # the other agent untouched
+
+
+def test_right_padded_rows_score_as_alone_without_a_padding_mask(make_store):
+    """Training batches are right-padded: they run without a padding mask (SDPA's causal kernel). Every row's
+    log-probs and the adapter's gradients equal those of the row scored alone; a left-padded batch keeps its mask."""
+    store = make_store(("a0",))
+    randomize_adapters(store)
+    prompts, completions = [[5, 6, 7, 8, 9], [11, 12], [3]], [[20, 21], [22, 23, 24, 25], [26]]
+    batch = SeqBatch.build(prompts, completions, 0)
+    assert batch.right_padded()
+    params = store.adapter_params("a0")
+    together = store.token_logprobs("a0", batch)
+    grads = torch.autograd.grad(together.sum(), params)
+    alone_grads = [torch.zeros_like(p) for p in params]
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        alone = store.token_logprobs("a0", SeqBatch.build([p], [c], 0))
+        torch.testing.assert_close(together[i, :alone.shape[1]], alone[0], atol=1e-5, rtol=1e-5)
+        alone_grads = [a + g for a, g in zip(alone_grads, torch.autograd.grad(alone.sum(), params))]
+    for a, g in zip(alone_grads, grads):
+        torch.testing.assert_close(a, g, atol=1e-4, rtol=1e-4)
+    left = SeqBatch(torch.tensor([[0, 0, 5, 6, 7]]), torch.tensor([[0, 0, 1, 1, 1]]), torch.tensor([[0, 0, 0, 1.0, 1]]))
+    assert not left.right_padded()
+    torch.testing.assert_close(store.token_logprobs("a0", left)[0, 3:],
+                               store.token_logprobs("a0", SeqBatch.build([[5]], [[6, 7]], 0))[0, 1:])
+
+
+def test_activation_dtype_lora_matches_peft_forward_and_gradients(make_store):
+    """The training-time LoRA forward (A, B cast to the activations' dtype, the up-projection accumulated into the
+    base output in one addmm) gives PEFT's outputs and LoRA gradients: exactly in fp32, to bf16 precision in bf16."""
+    from selfevo.policy.lora_compute import ActivationDtypeLoRA
+
+    for dtype, tol in (("float32", 1e-5), ("bfloat16", 0.05)):
+        store = make_store(("a0",), dtype=dtype)
+        randomize_adapters(store, std=0.3)
+        bb = store.backbones["tiny-random"]
+        bb.model.set_adapter("a0")
+        ids = torch.randint(0, 1000, (2, 11))
+        params = [p for n, p in bb.model.named_parameters() if ".a0." in n]
+        results = []
+        for fast in (True, False):
+            for p in params:
+                p.grad = None
+            with ActivationDtypeLoRA(bb.model, "a0") if fast else torch.enable_grad():
+                logits = bb.causal_lm(input_ids=ids).logits.float()
+            logits.logsumexp(-1).sum().backward()
+            results.append((logits.detach(), [p.grad.clone() for p in params]))
+        (fast_out, fast_grads), (ref_out, ref_grads) = results
+        torch.testing.assert_close(fast_out, ref_out, atol=tol, rtol=tol)
+        for g, r in zip(fast_grads, ref_grads):
+            assert (g - r).norm() <= tol * max(r.norm(), 1e-3), (dtype, (g - r).norm(), r.norm())
+        assert any(g.abs().sum() > 0 for g in fast_grads)

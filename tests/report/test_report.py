@@ -1,0 +1,184 @@
+"""``selfevo report``: loading run and eval directories, one-line errors, and the page itself rendered by a real
+headless Chromium (a tiny CoMAS run and a tiny ``selfevo eval`` made here); the screenshot stays in pytest's tmp dir."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from helpers.paths import DATA, needs_data
+from selfevo import cli
+from selfevo.report import build_report
+from selfevo.report.load import ReportError, flatten, kind_of, load_metrics
+
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+
+
+# ---- fast checks on hand-made directories ------------------------------------------------------------------------
+
+
+def _write_run(path: Path, metrics: list[dict], episodes: list[dict]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.yaml").write_text("recipe: comas\nseed: 0\n")
+    (path / "run.json").write_text(json.dumps([{"argv": ["selfevo", "run", "comas"], "git_commit": "abc123",
+                                                "packages": {"torch": "2"}, "machine": {"cpus": 2}}]))
+    (path / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    (path / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    return path
+
+
+def _turn(role, text, **kw):
+    return {"agent": "a0", "role": role, "round": 0, "reward": 1.0, "messages": [{"role": "user", "content": "2+2?"}],
+            "text": text, "parsed_ok": True, "parse_error": None, "tokens": 3, "finish_reason": "stop", **kw}
+
+
+def test_flatten_keeps_numeric_leaves_as_dotted_names():
+    record = {"reward": {"a0": 0.5, "a1": None}, "train": {"a0": {"loss": 1, "skipped": False}}, "note": "x",
+              "rejected": {"format": 2}, "bad": float("nan")}
+    assert dict(flatten(record)) == {"reward.a0": 0.5, "reward.a1": None, "train.a0.loss": 1.0,
+                                     "rejected.format": 2.0, "bad": None}
+
+
+def test_metrics_in_columns_and_a_bad_line_is_one_line_error(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0, "reward": {"a": 1}}\n{"step": 1, "eval": {"accuracy": {"a": 0.5}}}\n')
+    assert load_metrics(path) == {"steps": [0, 1], "series": {"reward.a": [1.0, None], "eval.accuracy.a": [None, 0.5]}}
+    path.write_text('{"step": 0}\n{"step": 1, "reward": \n')
+    with pytest.raises(ReportError, match=r"metrics.jsonl:2: bad metrics line"):
+        load_metrics(path)
+
+
+def test_command_errors_are_one_line_with_exit_2(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err.strip() == f"selfevo report: {tmp_path / 'missing'}: no such directory"
+    (tmp_path / "other").mkdir()
+    assert cli.main(["report", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "neither a run directory" in err
+    run = _write_run(tmp_path / "run", [{"step": 0}], [])
+    (run / "metrics.jsonl").write_text('{"step": 0}\n[1, 2]\n')
+    assert cli.main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "metrics.jsonl:2: bad metrics line" in err
+    assert cli.main(["report"]) == 2 and "which directories?" in capsys.readouterr().err
+    assert cli.main(["report", "--help"]) == 0 and "--output FILE" in capsys.readouterr().out
+
+
+def test_page_is_self_contained_and_verdicts_are_computed(tmp_path, capsys):
+    hostile = "</script><script>window.evil=1</script><!-- \u2028"
+    episodes = [{"step": 0, "task_id": "gsm8k/train/1", "domain": "math", "question": "2+2?", "reference": "4",
+                 "admission": "admitted",
+                 "turns": [_turn("solver", "so \\boxed{4}"), _turn("solver", "maybe 5"), _turn("scorer", hostile),
+                           _turn("solver", "x", reward=None)]},
+                {"step": 1, "task_id": "mbpp/1", "domain": "code", "question": "write f", "reference": "",
+                 "turns": [_turn("solver", "def f(): pass")]}]
+    run = _write_run(tmp_path / "run", [{"step": 0, "reward": {"a0": 1.0}}, {"step": 1, "reward": {"a0": 0.5}}],
+                     episodes)
+    assert kind_of(run) == "run"
+    page = build_report([run])
+    assert "<link" not in page and "<script src" not in page and "@import" not in page and "url(" not in page
+    assert hostile not in page and "window.evil=1</script>" not in page  # data cannot close its <script> block
+    data = json.loads(page.split('id="ep-0-0">', 1)[1].split("</script>", 1)[0])
+    turns = data[0]["turns"]
+    assert turns[0]["verdict"]["score"] == 1.0 and turns[1]["verdict"]["score"] == 0.0
+    assert "verdict" not in turns[2] and turns[2]["text"] == hostile
+    code = json.loads(page.split('id="ep-0-1">', 1)[1].split("</script>", 1)[0])[0]["turns"][0]
+    assert "verdict" not in code and code["verdict_note"].startswith("code: not verified")
+    out = tmp_path / "r.html"
+    assert cli.main(["report", str(run), "--output", str(out), "--no-verify"]) == 0
+    assert out.is_file() and "report:" in capsys.readouterr().out
+    assert cli.main(["report", str(run)]) == 0 and (run / "report.html").is_file()
+
+
+# ---- a real run, a real eval, a real browser ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_dirs(tmp_path_factory):
+    if not os.path.isdir(DATA):
+        pytest.skip("benchmark data not found (set SELFEVO_DATA)")
+    run, evaluation = tmp_path_factory.mktemp("run") / "comas", tmp_path_factory.mktemp("eval") / "eval"
+    assert cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "agents=2",
+                     "trainer.max_steps=2", "trainer.tasks_per_step=2", "sampling.max_new_tokens=6", "data.n_math=4",
+                     "data.n_code=2", "data.n_science=2", f"output_dir={run}"]) == 0
+    assert cli.main(["eval", "benchmark=gsm8k", "setup=vanilla", "model.backbones=tiny-random", "limit=2",
+                     "sampling.max_new_tokens=4", f"output_dir={evaluation}", f"data_root={DATA}"]) == 0
+    return run, evaluation
+
+
+class _Collect(HTMLParser):
+    """Texts of the elements with a given class, ids present, and attributes of <body>."""
+
+    def __init__(self, cls: str):
+        super().__init__()
+        self.cls, self.stack, self.found, self.ids, self.body = cls, [], [], set(), {}
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "body":
+            self.body = attrs
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        hit = self.cls in (attrs.get("class") or "").split()
+        if hit:
+            self.found.append("")
+        if tag not in ("area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"):
+            self.stack.append(hit)
+
+    def handle_endtag(self, tag):
+        if self.stack:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        if any(self.stack):
+            self.found[-1] += data
+
+
+def _chromium(*args: str) -> subprocess.CompletedProcess:
+    cmd = [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+           "--hide-scrollbars", "--virtual-time-budget=5000", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, f"{' '.join(cmd)}: {done.stderr[-2000:]}"
+    return done
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.slow
+@needs_data
+def test_report_of_real_run_and_eval_renders_in_headless_chromium(real_dirs, tmp_path):
+    run, evaluation = real_dirs
+    page = tmp_path / "report.html"
+    assert cli.main(["report", str(run), str(evaluation), "--output", str(page)]) == 0
+    html = page.read_text()
+    first = json.loads((run / "episodes.jsonl").read_text().splitlines()[0])
+    item = json.loads((evaluation / "gsm8k-vanilla" / "items.jsonl").read_text().splitlines()[0])
+    assert 'class="turn"' not in html  # turns exist only once the script has rendered them
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium): the page was built but not rendered")
+    profile = tmp_path / "chromium-profile"
+    dom = _chromium(f"--user-data-dir={profile}", "--dump-dom", page.as_uri()).stdout
+    (tmp_path / "dom.html").write_text(dom)
+    turns = _Collect("turn-text")
+    turns.feed(dom)
+    assert "report-error" not in turns.ids, dom.split('id="report-error"', 1)[1][:500]
+    assert turns.body.get("data-report-ready") == "1"
+    assert {"tab-curves", "tab-transcripts", "tab-eval", "tab-config", "panels", "final-metrics", "task-list",
+            "turns", "episode", "eval-item", "item-list"} <= turns.ids
+    # the first episode of step 0 is shown: every turn's response, in order, rendered by the page's script
+    expected = [_norm(t["text"]) or "(empty response)" for t in first["turns"]]
+    assert [_norm(t) for t in turns.found[:len(expected)]] == expected and expected
+    items = _Collect("item-final")
+    items.feed(dom)
+    assert [_norm(t) for t in items.found] == [_norm(item["final_response"])]
+    assert item["id"] in dom.split('id="eval-item"', 1)[1][:2000]
+    shot = tmp_path / "report.png"
+    _chromium(f"--user-data-dir={profile}", "--window-size=1400,1600", f"--screenshot={shot}", page.as_uri())
+    assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000

@@ -1,0 +1,150 @@
+"""Configs (selfevo.config): validation by ``opt`` metadata (choices, lazy choices, bounds, non-empty, required), the
+``check`` hook, ``describe``, every recipe's schema and presets described and valid, and loading a preset with
+overrides (one-line errors with a suggestion, missing presets, unreadable YAML)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from omegaconf import MISSING, OmegaConf
+
+from selfevo.algorithms import RECIPES, demo
+from selfevo.config import (ConfigError, SamplingCfg, normalize_overrides, describe, format_table, load_config, opt,
+                            presets, validate_config)
+
+CALLS = []
+
+
+def _colours() -> list[str]:
+    CALLS.append(1)
+    return ["red", "green", "blue"]
+
+
+@dataclass
+class Inner:
+    steps: int = opt(3, "steps", ge=1)
+    rate: float = opt(0.5, "a rate", gt=0, le=1)
+    colour: str = opt("red", "lazy choices", choices=_colours)
+
+
+@dataclass
+class Schema:
+    name: str = opt(MISSING, "what to call it", nonempty=True)
+    mode: str = opt("full", "the mode", choices=("full", "without_evaluation", "without_scoring"))
+    tags: list[str] = opt(["a"], "tags", item_choices=("a", "b"), nonempty=True)
+    limit: int | None = opt(None, "optional bound", ge=1)
+    inner: Inner = opt(Inner, "a section")
+    sampling: SamplingCfg = opt(SamplingCfg(max_new_tokens=7), "a section with an instance default")
+
+    @staticmethod
+    def check(cfg) -> None:
+        if cfg.inner.steps > 10 and cfg.mode != "full":
+            raise ConfigError(f"inner.steps > 10 needs mode=full, got mode={cfg.mode}")
+
+
+def load(*overrides: str):
+    return load_config(Schema, "test", None, ["name=x", *overrides])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("inner.steps=0", "inner.steps must be >= 1, got 0"),
+    ("inner.rate=0", "inner.rate must be in (0, 1], got 0.0"),
+    ("inner.rate=1.5", "inner.rate must be in (0, 1], got 1.5"),
+    ("mode=nonsense", "mode must be one of full, without_evaluation, without_scoring; got 'nonsense'"),
+    ("mode=ful", "got 'ful' (did you mean 'full'?)"),
+    ("inner.colour=bleu", "inner.colour must be one of red, green, blue; got 'bleu' (did you mean 'blue'?)"),
+    ("tags=[a,c]", "unknown tags 'c'"),
+    ("tags=[]", "tags must not be empty"),
+    ("name=", "name must not be empty"),
+    ("limit=0", "limit must be >= 1, got 0"),
+    ("sampling.top_p=0", "sampling.top_p must be in (0, 1], got 0.0"),
+    ("inner.steps=abc", "inner.steps must be an integer, got 'abc'"),
+    ("inner.stepz=3", "unknown config key 'inner.stepz' in the command line; did you mean 'inner.steps'?"),
+])
+def test_bad_values_are_one_line_errors_naming_key_and_range(override, message):
+    with pytest.raises(ConfigError) as e:
+        load(override)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_required_key_and_good_values():
+    with pytest.raises(ConfigError, match=r"^name= is required: what to call it$"):
+        load_config(Schema, "test", None, [])
+    cfg = load("limit=null", "inner.rate=1", "tags=a,b", "inner.colour=blue")
+    assert cfg.limit is None and cfg.inner.rate == 1.0 and list(cfg.tags) == ["a", "b"]
+    assert cfg.sampling.max_new_tokens == 7
+
+
+def test_lazy_choices_are_called_only_when_validating():
+    CALLS.clear()
+    OmegaConf.structured(Schema)
+    assert CALLS == []
+    load()
+    assert CALLS
+
+
+def test_check_hook_runs_after_field_checks():
+    with pytest.raises(ConfigError, match="needs mode=full"):
+        load("inner.steps=11", "mode=without_scoring")
+    with pytest.raises(ConfigError, match="mode must be one of"):  # the field check comes first
+        load("inner.steps=11", "mode=nonsense")
+    cfg = OmegaConf.merge(OmegaConf.structured(Schema), {"name": "x", "inner": {"steps": 11}})
+    validate_config(cfg, Schema)  # mode=full: fine
+
+
+def test_comma_lists_and_empty_values():
+    assert normalize_overrides(Schema, ["tags=a,b", "tags=[a]", "name=a,b", "tags=", "name=", "limit=", "x=1"]) == \
+        ["tags=[a,b]", "tags=[a]", "name=a,b", "tags=[]", "name=''", "limit=", "x=1"]
+    assert load("limit=").limit is None
+
+
+def test_describe_lists_every_leaf_with_default_range_and_help():
+    rows = {key: (default, allowed, help) for key, default, allowed, help in describe(Schema)}
+    assert list(rows) == ["name", "mode", "tags", "limit", "inner.steps", "inner.rate", "inner.colour",
+                          "sampling.max_new_tokens", "sampling.temperature", "sampling.top_p"]
+    assert rows["name"][0] == MISSING and rows["inner.steps"] == (3, "int >= 1", "steps")
+    assert rows["inner.rate"][1] == "float in (0, 1]" and rows["limit"][1] == "int >= 1, or null"
+    assert rows["inner.colour"][1] == "red | green | blue"
+    assert rows["tags"] == (["a"], "list[str], each a | b, non-empty", "tags")
+    assert rows["sampling.max_new_tokens"][0] == 7  # the section's instance default, not the class default
+    table = format_table(Schema).splitlines()
+    assert table[0].split() == ["key", "default", "allowed", "meaning"] and "(required)" in table[1]
+    assert len({line.index("meaning") if i == 0 else None for i, line in enumerate(table)}) == 2
+
+
+@pytest.mark.parametrize("recipe", RECIPES.names())
+def test_every_recipe_key_has_help(recipe):
+    missing = [key for key, _, _, help in describe(RECIPES.get(recipe).load().Config) if not help.strip()]
+    assert not missing, f"{recipe}: config keys without help: {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("recipe, preset", [(r, p) for r in RECIPES.names() for p in presets(r)])
+def test_every_preset_validates(recipe, preset):
+    cfg = load_config(RECIPES.get(recipe).load().Config, recipe, preset, [])
+    assert cfg.recipe == recipe
+
+
+@pytest.mark.parametrize("override, message", [
+    ("agent=3", "did you mean 'agents'"),
+    ("model.lora.rr=3", "did you mean 'model.lora.r'"),
+    ("agents=abc", "agents must be an integer, got 'abc'"),
+    ("agents", "not of the form key=value"),
+])
+def test_config_errors(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(demo.Config, "demo", "cpu", [override])
+
+
+def test_config_preset_and_overrides_merge():
+    cfg = load_config(demo.Config, "demo", "cpu", ["agents=2", "model.lora.r=8", "model.backbones=[a,b]"])
+    assert cfg.agents == 2 and cfg.model.lora.r == 8 and list(cfg.model.backbones) == ["a", "b"]
+    assert cfg.sampling.max_new_tokens == 96  # from the preset file
+
+
+def test_missing_preset_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="no preset 'nope'"):
+        load_config(demo.Config, "demo", "nope", [])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("agents: [1,\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(demo.Config, "demo", str(bad), [])

@@ -1,0 +1,66 @@
+"""Models (selfevo.models): names resolved (embedded, local folders, the hub) with one-line errors, the embedded model
+and its chat template, and ``model.device`` (where the policy store keeps backbones and adapters)."""
+import pytest
+
+from selfevo import models
+
+
+def test_unknown_model_is_one_line_with_suggestion():
+    with pytest.raises(models.ModelError) as e:
+        models.resolve("smollm2-135m-instruc")
+    assert "did you mean 'smollm2-135m-instruct'" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_folder_without_config(tmp_path):
+    with pytest.raises(models.ModelError, match="no config.json"):
+        models.resolve(str(tmp_path))
+
+
+def test_hub_id_goes_through_snapshot_download(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo, **kw: calls.append(repo) or str(tmp_path))
+    assert models.resolve("Qwen/Qwen2.5-3B-Instruct") == str(tmp_path)
+    assert calls == ["Qwen/Qwen2.5-3B-Instruct"]
+
+
+def test_hub_failure_is_one_line(monkeypatch):
+    import huggingface_hub
+
+    def fail(repo, **kw):
+        raise OSError("network unreachable\nmore detail")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
+    with pytest.raises(models.ModelError) as e:
+        models.resolve("org/model")
+    assert "\n" not in str(e.value) and "network unreachable" in str(e.value)
+
+
+@pytest.mark.slow
+def test_embedded_model_loads_with_chat_template():
+    tok = models.load_tokenizer("smollm2-135m-instruct")
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
+    assert "<|im_start|>assistant" in text
+    model = models.load_model("smollm2-135m-instruct")
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+
+
+def test_devices_resolve_and_refuse_what_is_not_there(monkeypatch):
+    """``model.device``: cpu is cpu; auto is this rank's GPU when CUDA is available, else cpu; cuda without CUDA
+    is a one-line error (and a config key, range-checked before any work)."""
+    import torch
+
+    from selfevo.models import resolve_device
+
+    assert resolve_device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu"
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        resolve_device("cuda")
+    with pytest.raises(ValueError, match="one of auto, cpu, cuda"):
+        resolve_device("gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert resolve_device("auto") == resolve_device("cuda") == "cuda:3"  # torchrun: each rank its own GPU
+    assert resolve_device("cpu") == "cpu"
