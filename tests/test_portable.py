@@ -44,7 +44,10 @@ def test_float_pins_hold_under_other_kernels(setting):
     env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS",
                                                              "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")}
     env.update(SETTINGS[setting])
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FLOAT_PIN_FILES], cwd=ROOT,
+    # the quick subset of those files: the slow ones load the embedded bf16 model, whose greedy tokens may flip
+    # between batch compositions under other kernels (a bf16 argmax, not a float pin; docs/results.md's caveat)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+                           *FLOAT_PIN_FILES], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=1200)
     tail = "\n".join(proc.stdout.splitlines()[-25:])
     assert proc.returncode == 0, f"{setting}: float pins fail under {SETTINGS[setting]}:\n{tail}"
