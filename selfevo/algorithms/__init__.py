@@ -27,5 +27,7 @@ for _r in (
                                               "Task-Relative REINFORCE++"),
     Recipe("maestro", "selfevo.algorithms.maestro", "MAESTRO: N×K candidates, a trained central selector, broadcast; "
                                                     "CLPO (or GRPO / SFT / prompt only)"),
+    Recipe("grpo", "selfevo.algorithms.grpo", "GRPO: one agent, the evaluation's prompt, verifier reward (the plain "
+                                              "RL baseline)"),
 ):
     RECIPES.register(_r.name)(_r)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from selfevo.config import SamplingCfg, opt
+from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, ask
 from selfevo.loop import DataCfg, Loop, Phase, RunCfg, Update
 from selfevo.loop.metrics import precision_recall
@@ -57,6 +57,11 @@ class RewardCfg:
                          choices=("agent", "agent_role"))
     correct_threshold: float = opt(0.5, "solution reward ≥ this counts as 'predicted correct' (App. G)", ge=0, le=1)
     sources: list[str] = opt([], "extra reward sources added to the variant's (name or name:weight)")
+    judge: str = opt("model", "what scores a solution: the agents' scorer turns (paper), or the noisy_judge source in "
+                              "their place, the verifier's verdict kept with probability judge_accuracy",
+                     choices=("model", "noisy_judge"))
+    judge_accuracy: float = opt(1.0, "judge=noisy_judge: probability that a verdict is the verifier's (else flipped)",
+                                ge=0, le=1)
 
 
 @dataclass
@@ -74,6 +79,14 @@ class Config(RunCfg):
     protocol: ProtocolCfg = opt(ProtocolCfg, "the discussion")
     reward: RewardCfg = opt(RewardCfg, "reward settings")
     data: ComasDataCfg = opt(ComasDataCfg, "training tasks (default: the CoMAS mix)")
+
+    @staticmethod
+    def check(cfg) -> None:
+        """A noisy judge replaces scores: the w/o-scoring variant has none."""
+        RunCfg.check(cfg)
+        if cfg.reward.judge != "model" and cfg.protocol.variant == "without_scoring":
+            raise ConfigError("reward.judge=noisy_judge replaces the scorer's scores; protocol.variant="
+                              "without_scoring has no scores (use full or without_evaluation)")
 
 
 # ---- roles ------------------------------------------------------------------------------------------------------
@@ -191,10 +204,15 @@ DISCUSSIONS = {"paper": Discussion, "released": Shuffled}
 
 
 def reward_source(cfg):
-    """The variant's reward (Eq. 7-8 interaction scores, or the w/o-scoring verdict agreement) plus any
-    ``reward.sources``."""
-    own = "verdict_agreement" if cfg.protocol.variant == "without_scoring" else "interaction_scores"
-    return build_sources([own, *cfg.reward.sources], on_parse_failure=cfg.reward.on_parse_failure)
+    """The variant's reward (Eq. 7-8 interaction scores — from the agents' scores, or a noisy judge's — or the
+    w/o-scoring verdict agreement) plus any ``reward.sources``."""
+    r = cfg.reward
+    own = {"name": "verdict_agreement"} if cfg.protocol.variant == "without_scoring" else JUDGES[r.judge](cfg)
+    return build_sources([own, *r.sources], on_parse_failure=r.on_parse_failure)
+
+
+JUDGES = {"model": lambda cfg: {"name": "interaction_scores"},
+          "noisy_judge": lambda cfg: {"name": "noisy_judge", "accuracy": cfg.reward.judge_accuracy, "seed": cfg.seed}}
 
 
 # ---- the loop ---------------------------------------------------------------------------------------------------

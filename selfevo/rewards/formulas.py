@@ -31,7 +31,7 @@ from typing import Iterable, Mapping, Sequence
 
 
 __all__ = [
-    "comas_rewards", "support_ratio", "verdict_agreement",
+    "comas_rewards", "support_ratio", "verdict_agreement", "controlled_judge_score",
     "sage_norm", "soft_format_reward", "sage_difficulty", "sage_challenger_reward", "sage_plan_gate",
     "sage_planner_reward", "sage_solver_reward", "sage_critic_reward",
     "rationale_attributes", "maestro_reward",
@@ -57,6 +57,17 @@ def comas_rewards(score: int | None, on_parse_failure: str = "mask") -> dict[str
         raise ValueError(f"CoMAS scores are 1, 2 or 3, got {score!r}")
     solver = (score - 1) / 2
     return {"solver": solver, "evaluator": 1.0 - solver, "scorer": 0.0}
+
+
+def controlled_judge_score(correct: bool, accuracy: float, u: float) -> int:
+    """The 1-3 score of a judge of controlled quality (no paper: a stand-in for CoMAS's scorer): the verifier's
+    verdict ``correct`` kept when ``u < accuracy`` and flipped otherwise (``u`` uniform in [0, 1)), then written as
+    CoMAS's extreme scores: 3 for "correct", 1 for "incorrect". ``accuracy`` 1: the verifier itself; 0.5: a coin."""
+    if not 0.0 <= accuracy <= 1.0:
+        raise ValueError(f"a judge's accuracy is a probability, got {accuracy!r}")
+    if not 0.0 <= u < 1.0:
+        raise ValueError(f"u must lie in [0, 1), got {u!r}")
+    return 3 if bool(correct) == (u < accuracy) else 1
 
 
 def support_ratio(verdicts: Sequence[bool | None]) -> float | None:

@@ -11,6 +11,9 @@ Registered (``REWARD_SOURCES.get(name)(**options)`` builds one):
 
 * ``interaction_scores`` — CoMAS Eq. 7-8: each scoring turn (role ``scorer`` or ``judge``) rewards itself (0, or
   -1 when its score does not parse), its evaluation (``1 - r_s``) and its solution (mean over its scored pairs).
+* ``noisy_judge`` — a judge of controlled quality in the scorer's place: the verifier's verdict on the scored
+  solution, kept with probability ``accuracy`` and flipped otherwise, as score 3 or 1, then Eq. 7-8 (how good
+  must an LLM judge be for its rewards to teach?).
 * ``verdict_agreement`` — the CoMAS w/o-scoring ablation: solution = support ratio, evaluation = agreement.
 * ``verifier`` — turns of the given roles scored by the task's verifier (or a named one): 1.0 / 0.0.
 * ``majority_vote`` — TTRL: the answers to the same task vote; 1.0 for the majority's answer, 0.0 for the others,
@@ -23,12 +26,13 @@ Registered (``REWARD_SOURCES.get(name)(**options)`` builds one):
 from __future__ import annotations
 
 import inspect
+import random
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from selfevo.interaction.episodes import Episode, Turn
 from selfevo.registry import Registry
-from selfevo.rewards.formulas import (comas_rewards, maestro_reward, rationale_attributes, sage_norm,
+from selfevo.rewards.formulas import (comas_rewards, controlled_judge_score, maestro_reward, rationale_attributes, sage_norm,
                                       soft_format_reward, support_ratio, verdict_agreement)
 from selfevo.verifiers import get_verifier, verify
 from selfevo.verifiers.voting import answer_equivalence, majority_vote
@@ -76,25 +80,60 @@ def interaction_scores(on_parse_failure: str = "mask", roles: Sequence[str] = ("
     mean (pairs whose reward is masked are left out; none left: masked)."""
 
     def source(episodes: list[Episode]) -> RewardResult:
-        out, failures = [], []
-        for ep in episodes:
-            rewards: TurnRewards = {}
-            pairs: dict[int, list[float | None]] = {}
-            for i, t in enumerate(ep.turns):
-                if t.role not in roles:
-                    continue
-                failures.append(not _ok(t))
-                r = comas_rewards(t.parsed.value if _ok(t) else None, on_parse_failure)
-                rewards[i] = r["scorer"]
-                if "evaluation" in t.refs:
-                    rewards[t.refs["evaluation"]] = r["evaluator"]
-                pairs.setdefault(t.refs["solution"], []).append(r["solver"])
-            for sol, rs in pairs.items():
-                rewards[sol] = _mean(rs)
-            out.append(rewards)
-        return RewardResult(out, {"parse_failure_rate": _rate(failures)})
+        return _scored_pairs(episodes, roles, lambda ep, i, t: t.parsed.value if _ok(t) else None, on_parse_failure)
 
     return source
+
+
+@REWARD_SOURCES.register("noisy_judge")
+def noisy_judge(accuracy: float = 1.0, seed: int | str = 0, roles: Sequence[str] = ("scorer", "judge"),
+                on_parse_failure: str = "mask") -> RewardSource:
+    """A judge of controlled quality standing in for CoMAS's scorer: each scoring turn's score is replaced by the
+    verifier's verdict on the solution it scores, kept with probability ``accuracy`` and flipped otherwise
+    (:func:`~selfevo.rewards.formulas.controlled_judge_score`: 3 or 1), then Eq. 7-8 as in ``interaction_scores``.
+    The draw is seeded by (``seed``, task id, solution text, turn index): the same answer gets the same verdict
+    whatever the batch. Logs ``judge_flip_rate`` (verdicts flipped) beside the model scorer's own
+    ``parse_failure_rate`` (its text is not read for the reward)."""
+    flips: list[bool] = []
+
+    def score_of(ep: Episode, i: int, t: Turn) -> int:
+        solution = ep.turns[t.refs["solution"]].text
+        correct = verify(ep.task, solution).score >= 1.0
+        u = random.Random(f"{seed}|{ep.task.id}|{solution}|{i}").random()
+        score = controlled_judge_score(correct, accuracy, u)
+        flips.append((score == 3) != correct)
+        return score
+
+    def source(episodes: list[Episode]) -> RewardResult:
+        flips.clear()
+        result = _scored_pairs(episodes, roles, score_of, on_parse_failure)
+        failures = [not _ok(t) for ep in episodes for t in ep.turns if t.role in roles]
+        return RewardResult(result.rewards, {"parse_failure_rate": _rate(failures), "judge_flip_rate": _rate(flips)})
+
+    return source
+
+
+def _scored_pairs(episodes: list[Episode], roles: Sequence[str], score_of, on_parse_failure: str) -> RewardResult:
+    """Eq. 7-8 over each scoring turn (role in ``roles``) with its score ``score_of(episode, turn index, turn)`` (None: did not
+    parse): the scorer's, its evaluation's and its solution's rewards, a solution's the mean over its pairs."""
+    out, failures = [], []
+    for ep in episodes:
+        rewards: TurnRewards = {}
+        pairs: dict[int, list[float | None]] = {}
+        for i, t in enumerate(ep.turns):
+            if t.role not in roles:
+                continue
+            score = score_of(ep, i, t)
+            failures.append(score is None)
+            r = comas_rewards(score, on_parse_failure)
+            rewards[i] = r["scorer"]
+            if "evaluation" in t.refs:
+                rewards[t.refs["evaluation"]] = r["evaluator"]
+            pairs.setdefault(t.refs["solution"], []).append(r["solver"])
+        for sol, rs in pairs.items():
+            rewards[sol] = _mean(rs)
+        out.append(rewards)
+    return RewardResult(out, {"parse_failure_rate": _rate(failures)})
 
 
 @REWARD_SOURCES.register("verdict_agreement")

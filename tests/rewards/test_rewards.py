@@ -503,3 +503,54 @@ def test_rationale_attributes_by_hand():
     assert maestro_reward(1.0, 0.25, 0.0) == 1.0  # weight 0: correctness alone
     assert maestro_reward(1.0, 0.25, 0.2) == pytest.approx(0.8 + 0.05)
     assert maestro_reward(0.0, 1.0, 0.2) == pytest.approx(0.2)
+
+
+# ---- noisy_judge (a judge of controlled quality in the scorer's place) -----------------------------------------
+@pytest.mark.parametrize("correct,accuracy,u,want", [
+    (True, 0.8, 0.79, 3),    # kept: u < accuracy, "correct" -> the top score
+    (True, 0.8, 0.8, 1),     # flipped: u >= accuracy
+    (False, 0.8, 0.0, 1),    # kept "incorrect" -> the bottom score
+    (False, 0.8, 0.95, 3),   # flipped
+    (True, 1.0, 0.999, 3),   # accuracy 1: always the verifier's verdict
+    (False, 0.0, 0.0, 3),    # accuracy 0: always flipped
+    (True, 0.0, 0.5, 1),
+])
+def test_controlled_judge_score(correct, accuracy, u, want):
+    assert W.controlled_judge_score(correct, accuracy, u) == want
+
+
+@pytest.mark.parametrize("accuracy,u", [(1.5, 0.1), (-0.1, 0.1), (0.5, 1.0), (0.5, -0.01)])
+def test_controlled_judge_score_rejects_out_of_range(accuracy, u):
+    with pytest.raises(ValueError):
+        W.controlled_judge_score(True, accuracy, u)
+
+
+def noisy_episode(answer: str, scorer_parsed=None):
+    """A solution with the given answer, an evaluation, and a scoring turn (its own parse: ok(2) unless given)."""
+    return Episode(MATH, [turn("solver", answer, ok(answer)), turn("evaluator", "e", ok("e"), refs={"solution": 0}),
+                          turn("scorer", "", scorer_parsed or ok(2), refs={"solution": 0, "evaluation": 1})])
+
+
+def test_noisy_judge_at_accuracy_one_is_the_verifier_through_eq7_eq8():
+    right, wrong = noisy_episode("\\boxed{2}"), noisy_episode("\\boxed{5}", FAIL)
+    res = REWARD_SOURCES.get("noisy_judge")(accuracy=1.0)([right, wrong])
+    # right: score 3 -> solver 1.0, evaluator 0.0; wrong: score 1 -> 0.0 / 1.0; the model's scores are not read
+    assert res.rewards == [{0: 1.0, 1: 0.0, 2: 0.0}, {0: 0.0, 1: 1.0, 2: 0.0}]
+    assert res.metrics == {"parse_failure_rate": 0.5, "judge_flip_rate": 0.0}
+
+
+def test_noisy_judge_at_accuracy_zero_flips_every_verdict():
+    res = REWARD_SOURCES.get("noisy_judge")(accuracy=0.0)([noisy_episode("\\boxed{2}"), noisy_episode("\\boxed{5}")])
+    assert [r[0] for r in res.rewards] == [0.0, 1.0]
+    assert res.metrics["judge_flip_rate"] == 1.0
+
+
+def test_noisy_judge_flips_at_its_rate_seeded_and_independent_of_the_batch():
+    episodes = [noisy_episode(f"\\boxed{{{k % 7}}} (answer {k})") for k in range(2000)]
+    source = REWARD_SOURCES.get("noisy_judge")(accuracy=0.65, seed=3)
+    res = source(episodes)
+    assert abs(res.metrics["judge_flip_rate"] - 0.35) < 0.05  # 2000 draws: sd 0.011
+    alone = [source([ep]).rewards[0] for ep in episodes[:50:7]]
+    assert alone == res.rewards[:50:7]  # one episode at a time: the same verdicts
+    other = REWARD_SOURCES.get("noisy_judge")(accuracy=0.65, seed=4)(episodes)
+    assert other.rewards != res.rewards

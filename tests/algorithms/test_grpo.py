@@ -1,0 +1,88 @@
+"""The GRPO recipe: one step pinned (fp32, tiny-random, the golden scripted engine), the evaluation's own prompt,
+groups of ``prompt_reuse`` answers per task, resume, and the cpu-learn preset's settings (the ones TRL gets too in
+benchmarks/ablations/grpo_vs_trl.py).
+
+Regenerate (only on purpose, after a change meant to alter behaviour): ``SELFEVO_UPDATE_GOLDEN=1 pytest
+tests/algorithms/test_grpo.py``.
+"""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import helpers.golden_engine  # noqa: F401  (registers engine "golden")
+from helpers.golden import adapter_checksums
+from helpers.paths import GOLDEN
+from selfevo import cli
+from selfevo.algorithms import grpo
+from selfevo.config import load_config
+from selfevo.tasks import format_prompt
+from selfevo.types import Task
+
+# see tests/algorithms/test_golden_comas.py for why adapter checksums are pinned to a tolerance
+CHECKSUM_TOLERANCE = {"sum": {"abs": 2e-3, "rel": 0}, "abs": {"rel": 5e-6, "abs": 0}, "sq": {"rel": 5e-7, "abs": 0}}
+
+
+def _tasks(tmp_path: Path) -> Path:
+    path = tmp_path / "sums.jsonl"  # references 0..6: the golden engine's \boxed{seed % 7} is right about 1 in 7
+    path.write_text("".join(json.dumps({"id": f"q{i}", "domain": "math", "question": f"What is {i} + 1?",
+                                        "reference": str((i + 1) % 7)}) + "\n" for i in range(6)))
+    return path
+
+
+def _run(tmp_path: Path, out: Path, *extra: str) -> int:
+    return cli.main(["run", "grpo", "model.backbones=[tiny-random]", "model.dtype=float32", "engine.name=golden",
+                     "trainer.tasks_per_step=3", "trainer.prompt_reuse=4", "trainer.lr=1e-2", "seed=1",
+                     f"data.tasks=[{_tasks(tmp_path)}]", f"output_dir={out}", *extra])
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_one_grpo_step_is_pinned(tmp_path):
+    run = tmp_path / "run"
+    assert _run(tmp_path, run, "trainer.max_steps=1") == 0
+    episodes, (metrics,) = _lines(run / "episodes.jsonl"), _lines(run / "metrics.jsonl")
+    got = {"tasks": [e["task_id"] for e in episodes],
+           "turns": [[{k: t[k] for k in ("agent", "role", "reward", "text", "tokens")} for t in e["turns"]]
+                     for e in episodes],
+           "adapters": adapter_checksums(run / "adapters" / "step_0")}
+    path = GOLDEN / "grpo_step.json"
+    if os.environ.get("SELFEVO_UPDATE_GOLDEN"):
+        path.write_text(json.dumps(got, indent=1))
+    want = json.loads(path.read_text())
+    rewards = [t["reward"] for e in want["turns"] for t in e]
+    assert 0.0 in rewards and 1.0 in rewards  # the pinned step has right and wrong answers
+    assert got["tasks"] == want["tasks"] and got["turns"] == want["turns"]
+    assert len(got["tasks"]) == 12 and all(got["tasks"].count(t) == 4 for t in set(got["tasks"]))  # 3 tasks x 4
+    for k, v in want["adapters"]["agent0"].items():
+        assert got["adapters"]["agent0"][k] == pytest.approx(v, **CHECKSUM_TOLERANCE[k]), k
+    assert metrics["accuracy"] == pytest.approx(sum(rewards) / len(rewards), abs=1e-4)
+    assert metrics["train"]["agent0"]["rows"] == 12 and metrics["train"]["agent0"]["grad_norm"] > 0
+
+
+def test_the_prompt_is_the_evaluation_prompt():
+    task = Task("q", "math", "What is 2 + 3?", "5")
+    (ask,) = next(grpo.answer(["agent0"])(type("Ep", (), {"task": task})()))
+    assert ask.messages == [{"role": "user", "content": format_prompt(task)}]  # what setup=vanilla shows
+
+
+def test_two_steps_then_resume_adds_exactly_one(tmp_path):
+    out, ref = tmp_path / "run", tmp_path / "ref"
+    assert _run(tmp_path, out, "trainer.max_steps=2") == 0
+    assert _run(tmp_path, out, "trainer.max_steps=3", "resume=true") == 0
+    assert _run(tmp_path, ref, "trainer.max_steps=3") == 0
+    assert [m["step"] for m in _lines(out / "metrics.jsonl")] == [0, 1, 2]
+    last, want = _lines(out / "episodes.jsonl")[-12:], _lines(ref / "episodes.jsonl")[-12:]
+    assert [[t["text"] for t in e["turns"]] for e in last] == [[t["text"] for t in e["turns"]] for e in want]
+    assert (out / "adapters" / "final" / "agent0" / "adapter_config.json").exists()
+
+
+def test_cpu_learn_preset():
+    cfg = load_config(grpo.Config, "grpo", "cpu-learn", [])
+    t = cfg.trainer
+    assert (t.optimizer, t.tasks_per_step, t.prompt_reuse, t.kl_estimator, t.kl_in_reward) == ("grpo", 8, 8, "k3",
+                                                                                                  False)
+    assert t.kl_coef > 0 and not t.mask_truncated and list(cfg.data.tasks) == ["arith:train"]
