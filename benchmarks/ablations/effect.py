@@ -7,6 +7,7 @@
 2. Per method: its ``cpu-learn`` preset (``selfevo run <method> --preset cpu-learn``, training on ``arith:train``,
    disjoint from the held-out items by construction), resumable in ``runs/effect/<method>``.
 3. *After*: the same evaluation with the run's final adapter (``adapters/final/<agent>``; CoMAS: agent 0).
+   Rows this script does not compute (``grpo`` and ``trl_grpo`` from ``grpo_vs_trl.py``) are kept.
 4. MAESTRO: its selectors are compared on fixed held-out slates by ``maestro_selectors.py``; its table is read from
    ``benchmarks/results/maestro_selectors.json`` (prompt only → CLPO), when present.
 
@@ -29,15 +30,12 @@ from selfevo.stats import paired_difference, wilson  # noqa: E402
 
 BENCH = "arith"
 EVAL = ["setup=vanilla", "sampling.max_new_tokens=256", "sampling.temperature=0"]
-AGENTS = {"comas": ["agent0"], "sage": ["sage"], "grpo": ["agent0"]}  # CoMAS: agent 0 (its agents are symmetric)
-# the training command of each method (output_dir appended); grpo: the compose_rewards example as a plain GRPO
-# baseline with the verifier reward alone (its answers think inside <think></think>, 4 samples per task)
+AGENTS = {"comas": ["agent0"], "sage": ["sage"]}  # CoMAS: agent 0 (its agents are symmetric)
+# the training command of each method (output_dir appended); the GRPO rows (grpo, trl_grpo) are written by
+# grpo_vs_trl.py, over seeds, into the same effect.json
 COMMANDS = {
     "comas": ["-m", "selfevo.cli", "run", "comas", "--preset", "cpu-learn"],
     "sage": ["-m", "selfevo.cli", "run", "sage", "--preset", "cpu-learn"],
-    "grpo": ["examples/compose_rewards.py", "--steps", "12", "data.tasks=[arith:train]", "data.limit=1000",
-             "sampling.max_new_tokens=160", "trainer.tasks_per_step=8", "trainer.lr=1e-4",
-             "trainer.save_adapters_every=4", "--rewards", "verifier:1"],
 }
 
 
@@ -58,16 +56,11 @@ def evaluate(out: Path, n: int, extra: list[str], run: bool) -> list[float] | No
 
 
 def train(method: str, out: Path, run: bool) -> list[str]:
-    cmd = [sys.executable, *COMMANDS[method]]
-    where = [f"--output={out}"] if method == "grpo" else [f"output_dir={out}"]
+    cmd = [sys.executable, *COMMANDS[method], f"output_dir={out}"]
     resume = ["resume=true"] if (out / "metrics.jsonl").exists() else []
-    if method == "grpo":  # the example takes config keys before --rewards
-        cmd = cmd[:cmd.index("--rewards")] + resume + cmd[cmd.index("--rewards"):] + where
-    else:
-        cmd = cmd + where + resume
     if run and not (out / "adapters" / "final").exists():
-        sh(cmd)
-    return ["python" if method == "grpo" else "selfevo", *cmd[1 if method == "grpo" else 3:]]
+        sh(cmd + resume)
+    return ["selfevo", *cmd[3:]]
 
 
 def train_seconds(out: Path) -> float | None:
@@ -117,7 +110,7 @@ def table(methods: dict) -> str:
 
 
 CURVES = {"comas": ("verified_accuracy", "precision", "recall", "parse_failure_rate"),
-          "sage": ("solver_accuracy", "format.solver", "acceptance_rate"), "grpo": ("accuracy",)}
+          "sage": ("solver_accuracy", "format.solver", "acceptance_rate")}
 
 
 def plot(runs: list[tuple[str, Path, tuple[str, ...]]], path: Path) -> None:
@@ -169,9 +162,12 @@ def main() -> None:
                                    train_s=train_seconds(where))
     if (m := maestro_row()) is not None:
         methods["maestro"] = {**m, "agent": "central"}
+    path = Path(args.results + ".json")
+    kept = json.loads(path.read_text())["methods"] if path.exists() else {}  # rows other scripts wrote (grpo, ...)
+    methods = {**kept, **methods}
     md = table(methods)
-    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.results + ".json").write_text(json.dumps({"benchmark": BENCH, "eval": EVAL, "methods": methods}) + "\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"benchmark": BENCH, "eval": EVAL, "methods": methods}) + "\n")
     Path(args.results + ".md").write_text(md)
     plot([(f"{m} --preset cpu-learn (training rollouts)", out / m / "metrics.jsonl", CURVES[m]) for m in args.methods],
          Path(args.results + ".png"))

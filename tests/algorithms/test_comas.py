@@ -226,3 +226,32 @@ def test_resuming_a_finished_run_writes_its_missing_final_adapters(tmp_path):
         got = load_file(str(final / agent / "adapter_model.safetensors"))
         ref = load_file(str(out / "adapters" / "step_1" / agent / "adapter_model.safetensors"))
         assert got.keys() == ref.keys() and all(torch.equal(got[k], ref[k]) for k in ref)
+
+
+# ---- a judge of controlled quality in the scorer's place (reward.judge=noisy_judge) --------------------------------
+def test_noisy_judge_replaces_the_scores_with_the_verifiers_verdict():
+    from selfevo.config import load_config
+    from selfevo.roles.base import Parsed
+    from selfevo.interaction import Turn
+    from selfevo.types import Request
+
+    def turn(role, text, parsed, refs=None):
+        c = Completion(Request("a0", [{"role": "user", "content": "q"}]), [1], [2], [0.0], text, "stop")
+        return Turn("a0", role, c, parsed, refs=refs or {})
+
+    task = Task("t", "math", "1+1?", "2")
+    ep = Episode(task, [turn("solver", "\\boxed{2}", Parsed.success("x")),
+                        turn("evaluator", "looks wrong", Parsed.success("e"), {"solution": 0}),
+                        turn("scorer", "1", Parsed.success(1), {"solution": 0, "evaluation": 1})])
+    model = comas.reward_source(load_config(comas.Config, "comas", "cpu", []))([ep])
+    judged = comas.reward_source(load_config(comas.Config, "comas", "cpu", ["reward.judge=noisy_judge"]))([ep])
+    assert model.rewards == [{0: 0.0, 1: 1.0, 2: 0.0}]  # the model scored the right answer 1
+    assert judged.rewards == [{0: 1.0, 1: 0.0, 2: 0.0}]  # judge_accuracy 1: the verifier's verdict, score 3
+    assert judged.metrics["judge_flip_rate"] == 0.0
+
+
+def test_noisy_judge_needs_scores(capsys):
+    assert cli.main(["run", "comas", "--dry-run", "reward.judge=noisy_judge", "protocol.variant=without_scoring",
+                     "protocol.evaluations=2"]) == 2
+    assert "without_scoring has no scores" in capsys.readouterr().err
+    assert cli.main(["run", "comas", "--dry-run", "reward.judge_accuracy=1.5"]) == 2
