@@ -1,21 +1,24 @@
-"""Does self-evolution work here? Untrained vs trained on the same held-out items, per method, paired.
+"""Does self-evolution work here? Untrained vs trained on the same held-out items, per method and seed, paired.
 
-    .venv/bin/python benchmarks/ablations/effect.py [--methods comas sage] [--n 500] [--table-only]
+    .venv/bin/python benchmarks/ablations/effect.py [--rows grpo trl_grpo] [--seeds 0 1 2] [--n 500]
+    .venv/bin/python benchmarks/ablations/effect.py --table-only      # rebuild the table and plot from effect.json
+    .venv/bin/python benchmarks/ablations/effect.py --list            # the rows and their training commands
 
 1. *Before*, once: ``selfevo eval benchmark=arith setup=vanilla`` of the untrained embedded model on the first
-   ``--n`` held-out ``arith`` test items, greedy (``runs/effect/base``).
-2. Per method: its ``cpu-learn`` preset (``selfevo run <method> --preset cpu-learn``, training on ``arith:train``,
-   disjoint from the held-out items by construction), resumable in ``runs/effect/<method>``.
-3. *After*: the same evaluation with the run's final adapter (``adapters/final/<agent>``; CoMAS: agent 0).
-   Rows this script does not compute (``grpo`` and ``trl_grpo`` from ``grpo_vs_trl.py``) are kept.
-4. MAESTRO: its selectors are compared on fixed held-out slates by ``maestro_selectors.py``; its table is read from
-   ``benchmarks/results/maestro_selectors.json`` (prompt only → CLPO), when present.
+   ``--n`` held-out ``arith`` test items, greedy (``<out>/base``).
+2. Per row (:data:`ROWS`) and seed: its training command with ``seed=S`` in ``<out>/<row>/seed<S>`` (resumable:
+   a run that stopped is continued with ``resume=true``; a finished one is reused). All train on ``arith:train``,
+   disjoint from the held-out items by construction.
+3. *After*: the same evaluation with the run's final adapter (``<out>/<row>/seed<S>/eval``).
 
-Writes ``benchmarks/results/effect.json`` — ``{"methods": {name: {"n", "before", "after", "before_ci",
-"after_ci", "diff", "diff_low", "diff_high", "improved", "worsened", "before_items", "after_items", "command",
-"train_s"}}}`` (items: per-item 0/1 in the same order), ``effect.md`` and ``effect.png`` (training curves), and
-prints the table. Intervals: 95%
-Wilson for accuracies, the normal interval of the paired per-item differences for the change.
+A row's result is over its seeds: each seed's accuracy and paired change, and the paired change of the
+seed-averaged per-item accuracy (the headline interval). ``benchmarks/results/effect.json`` keeps everything the
+table and the plot are built from — per-item 0/1 lists of the base model and of every seed, each seed's command,
+steps, training seconds, mean answer length, and its training curve — so ``--table-only`` rebuilds
+``effect.{md,png}`` from committed files alone. Rows a run does not name are kept as they are. MAESTRO's selectors are
+compared on fixed held-out slates by ``maestro_selectors.py`` (its row is read from ``maestro_selectors.json``).
+``--adapters`` copies each row's seed-0 adapter to ``benchmarks/results/adapters/<row>/`` (PEFT format, bf16).
+Intervals: 95% Wilson for accuracies, the normal interval of the paired per-item differences for a change.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import argparse
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -30,12 +34,52 @@ from selfevo.stats import paired_difference, wilson  # noqa: E402
 
 BENCH = "arith"
 EVAL = ["setup=vanilla", "sampling.max_new_tokens=256", "sampling.temperature=0"]
-AGENTS = {"comas": ["agent0"], "sage": ["sage"]}  # CoMAS: agent 0 (its agents are symmetric)
-# the training command of each method (output_dir appended); the GRPO rows (grpo, trl_grpo) are written by
-# grpo_vs_trl.py, over seeds, into the same effect.json
-COMMANDS = {
-    "comas": ["-m", "selfevo.cli", "run", "comas", "--preset", "cpu-learn"],
-    "sage": ["-m", "selfevo.cli", "run", "sage", "--preset", "cpu-learn"],
+RESULTS = Path("benchmarks/results")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One trained variant: ``selfevo run <recipe> --preset <preset> <overrides>`` (or ``script`` run with the run
+    directory and seed), evaluated with ``adapter`` (relative to the run directory); ``curve`` names its per-step
+    training metrics for the plot, ``about`` what it tests."""
+
+    recipe: str
+    overrides: tuple[str, ...] = ()
+    preset: str = "cpu-learn"
+    adapter: str = "adapters/final/agent0"
+    curve: tuple[str, ...] = ("reward.agent0",)
+    about: str = ""
+    script: tuple[str, ...] = ()
+
+    def command(self, out: Path, seed: int) -> list[str]:
+        if self.script:
+            return [sys.executable, *self.script, str(out), str(seed), *self.overrides]
+        return [sys.executable, "-m", "selfevo.cli", "run", self.recipe, "--preset", self.preset, *self.overrides,
+                f"seed={seed}", f"output_dir={out}"]
+
+    def finished(self, out: Path) -> bool:
+        return (out / self.adapter / "adapter_config.json").exists()
+
+
+COMAS_CURVE = ("verified_accuracy", "precision", "recall")
+SAGE = dict(adapter="adapters/final/sage", curve=("solver_accuracy", "acceptance_rate"))
+ROWS: dict[str, Row] = {
+    "comas": Row("comas", curve=COMAS_CURVE, about="CoMAS, the agents' own scores (Eq. 7-8)"),
+    **{f"comas_judge_{p}": Row("comas", ("reward.judge=noisy_judge", f"reward.judge_accuracy={p}"), curve=COMAS_CURVE,
+                               about=f"CoMAS with a judge of accuracy {p} in the scorer's place")
+       for p in ("1.0", "0.8", "0.65")},
+    "sage": Row("sage", about="SAGE, all four roles", **SAGE),
+    "sage_64": Row("sage", ("trainer.max_steps=64",), about="SAGE to 64 steps", **SAGE),
+    "sage_no_challenger": Row("sage", ("protocol.train_challenger=false",), about="no Challenger training", **SAGE),
+    "sage_no_critic": Row("sage", ("protocol.train_critic=false",), about="no Critic training", **SAGE),
+    "sage_no_planner": Row("sage", ("protocol.plan=false",), about="no Planner (the Solver answers alone)", **SAGE),
+    "sage_solver_verifier": Row("sage", ("protocol.train_challenger=false", "protocol.train_planner=false",
+                                         "protocol.train_critic=false", "protocol.w_plan=0", "protocol.w_correct=1",
+                                         "protocol.w_format=0"),
+                                about="only the Solver trained, on its verifier reward alone", **SAGE),
+    "grpo": Row("grpo", about="plain GRPO, verifier reward (selfevo)"),
+    "trl_grpo": Row("grpo", adapter="adapter", script=("benchmarks/ablations/grpo_vs_trl.py", "--trl-run"),
+                    about="plain GRPO, verifier reward (TRL's GRPOTrainer, the same settings)"),
 }
 
 
@@ -44,133 +88,196 @@ def sh(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True)
 
 
-def evaluate(out: Path, n: int, extra: list[str], run: bool) -> list[float] | None:
-    """Per-item correctness (0/1, held-out order) of one evaluation, running it first if needed."""
+def shown(cmd: list[str]) -> str:
+    """A command as a user types it (``selfevo ...`` / ``python script ...``)."""
+    return "selfevo " + " ".join(cmd[3:]) if cmd[1:3] == ["-m", "selfevo.cli"] else "python " + " ".join(cmd[1:])
+
+
+# ---- evaluations and runs ---------------------------------------------------------------------------------------
+def evaluate(out: Path, n: int, extra: list[str], run: bool) -> list[dict] | None:
+    """Per-item records (held-out order: ``correct`` 0/1, ``chars`` of the answer) of one evaluation, running it
+    first if needed."""
     items = out / f"{BENCH}-vanilla" / "items.jsonl"
     if run and not items.exists():
         sh([sys.executable, "-m", "selfevo.cli", "eval", f"benchmark={BENCH}", f"limit={n}", f"output_dir={out}",
             *EVAL, *extra])
     if not items.exists():
         return None
-    return [float(json.loads(line)["correct"]) for line in items.read_text().splitlines()]
+    records = [json.loads(line) for line in items.read_text().splitlines()]
+    return [{"correct": float(r["correct"]), "chars": len(r["final_response"] or "")} for r in records]
 
 
-def train(method: str, out: Path, run: bool) -> list[str]:
-    cmd = [sys.executable, *COMMANDS[method], f"output_dir={out}"]
-    resume = ["resume=true"] if (out / "metrics.jsonl").exists() else []
-    if run and not (out / "adapters" / "final").exists():
+def train(row: Row, out: Path, seed: int, run: bool) -> str:
+    cmd = row.command(out, seed)
+    if run and not row.finished(out):
+        resume = ["resume=true"] if (out / "metrics.jsonl").exists() and not row.script else []
         sh(cmd + resume)
-    return ["selfevo", *cmd[3:]]
+    return shown(cmd)
 
 
-def train_seconds(out: Path) -> float | None:
+def curve(out: Path, keys: tuple[str, ...]) -> list[dict]:
+    """The run's per-step values of ``keys`` (dotted paths into metrics.jsonl), plus its wall seconds."""
     path = out / "metrics.jsonl"
     if not path.exists():
-        return None
-    lines = [json.loads(x) for x in path.read_text().splitlines()]
-    if not all("rollout_s" in m and "update_s" in m for m in lines):
-        return None  # a run from before rollouts were timed: unknown
-    return round(sum(m["rollout_s"] + m["update_s"] for m in lines), 1)
+        return []
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return [{"step": m["step"], "step_s": m.get("step_s"), **{k: _dig(m, k) for k in keys}} for m in lines]
 
 
-def row(before: list[float], after: list[float], **extra) -> dict:
-    n = len(before)
-    d = paired_difference(before, after)
-    return {"n": n, "before": sum(before) / n, "after": sum(after) / n,
-            "before_ci": wilson(int(sum(before)), n), "after_ci": wilson(int(sum(after)), n), "diff": d["diff"],
-            "diff_low": d["low"], "diff_high": d["high"], "improved": d["improved"], "worsened": d["worsened"],
-            "before_items": before, "after_items": after, **extra}
+def _dig(m: dict, key: str):
+    for part in key.split("."):
+        m = m.get(part) if isinstance(m, dict) else None
+    return m
+
+
+def seed_record(before: list[dict], after: list[dict], command: str, steps: list[dict]) -> dict:
+    correct = [a["correct"] for a in after]
+    d = paired_difference([b["correct"] for b in before], correct)
+    seconds = [s["step_s"] for s in steps if s.get("step_s")]
+    return {"items": correct, "accuracy": sum(correct) / len(correct), "diff": d["diff"], "diff_low": d["low"],
+            "diff_high": d["high"], "command": command, "steps": len(steps), "train_s": round(sum(seconds), 1),
+            "answer_chars": round(sum(a["chars"] for a in after) / len(after), 1), "curve": steps}
+
+
+# ---- rows (pure: from effect.json's records) --------------------------------------------------------------------
+def row_summary(base: dict, seeds: dict[str, dict], about: str = "", agent: str = "") -> dict:
+    """A row over its seeds: ``before``/``after`` (the seed-averaged per-item accuracy) with Wilson intervals (the
+    after interval: over the rounded count), the paired change of the seed-averaged items, and the seeds' records."""
+    before = base["items"]
+    avg = [sum(col) / len(col) for col in zip(*(s["items"] for s in seeds.values()))]
+    n, d = len(before), paired_difference(before, avg)
+    return {"n": n, "about": about, "agent": agent, "seeds": sorted(int(s) for s in seeds),
+            "before": sum(before) / n, "after": sum(avg) / n, "before_ci": wilson(int(sum(before)), n),
+            "after_ci": wilson(int(round(sum(avg))), n), "diff": d["diff"], "diff_low": d["low"],
+            "diff_high": d["high"], "improved": d["improved"], "worsened": d["worsened"],
+            "chars_before": base.get("answer_chars"),
+            "chars_after": _mean([s.get("answer_chars") for s in seeds.values()]),
+            "train_s": _mean([s.get("train_s") for s in seeds.values()]), "per_seed": seeds}
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return round(sum(xs) / len(xs), 1) if xs else None
+
+
+def table(methods: dict) -> str:
+    lines = ["| row | seeds | before | after (seed-avg) | after − before (paired 95%) | items +/− | per seed: after − "
+             "before | answer chars before → after | training s (mean) |", "|---" * 9 + "|"]
+    ci = lambda x: f"[{x[0]:.3f}, {x[1]:.3f}]"  # noqa: E731
+    for name, r in methods.items():
+        per = r.get("per_seed") or {}
+        seeds = ", ".join(f"{p['diff']:+.3f}" for p in per.values()) or "–"
+        chars = f"{r['chars_before']} → {r['chars_after']}" if r.get("chars_after") else "–"
+        lines.append(f"| {name} | {len(per) or '–'} | {r['before']:.3f} {ci(r['before_ci'])} | {r['after']:.3f} "
+                     f"{ci(r['after_ci'])} | {r['diff']:+.3f} [{r['diff_low']:+.3f}, {r['diff_high']:+.3f}] | "
+                     f"+{r['improved']}/−{r['worsened']} | {seeds} | {chars} | {r.get('train_s') or '–'} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(methods: dict, path: Path) -> None:
+    """One panel per row with curves: each key of its training curve per step, mean over seeds (band: 95%)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from common import plot_bands
+
+    rows = {k: r for k, r in methods.items() if any(s.get("curve") for s in (r.get("per_seed") or {}).values())}
+    if not rows:
+        return
+    cols = min(4, len(rows))
+    lines = (len(rows) + cols - 1) // cols
+    fig, axes = plt.subplots(lines, cols, figsize=(5 * cols, 3.6 * lines), squeeze=False)
+    for ax, (name, r) in zip(axes.flat, rows.items()):
+        runs = [s["curve"] for s in r["per_seed"].values() if s.get("curve")]
+        for key in [k for k in runs[0][0] if k not in ("step", "step_s")]:
+            plot_bands(ax, runs, lambda m, k=key: m.get(k), key)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(rows):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
 
 
 def maestro_row() -> dict | None:
-    path = Path("benchmarks/results/maestro_selectors.json")
+    path = RESULTS / "maestro_selectors.json"
     if not path.exists():
         return None
     record = json.loads(path.read_text())
     centrals, meta = record["centrals"], record["meta"]
     if "prompt_only" not in centrals or "clpo" not in centrals:
         return None
-    base, clpo = centrals["prompt_only"], centrals["clpo"]
-    command = (f"benchmarks/ablations/maestro_selectors.py --n {meta['n']} --steps {meta['steps']} "
-               f"--benchmark {meta['benchmark']}")
-    return row(base["items"], clpo["items"], what="central agent on fixed held-out slates (accuracy = the chosen "
-               "candidate is correct)", identification_before=base["identification"],
-               identification_after=clpo["identification"], command=command, train_s=clpo.get("train_s"))
+    before, after = centrals["prompt_only"]["items"], centrals["clpo"]["items"]
+    n, d = len(before), paired_difference(before, after)
+    return {"n": n, "agent": "central", "about": "MAESTRO central agent on fixed held-out slates (accuracy = the "
+            "chosen candidate is correct)", "before": sum(before) / n, "after": sum(after) / n,
+            "before_ci": wilson(int(sum(before)), n), "after_ci": wilson(int(sum(after)), n), "diff": d["diff"],
+            "diff_low": d["low"], "diff_high": d["high"], "improved": d["improved"], "worsened": d["worsened"],
+            "command": f"benchmarks/ablations/maestro_selectors.py --n {meta['n']} --steps {meta['steps']} "
+                       f"--benchmark {meta['benchmark']}", "train_s": centrals["clpo"].get("train_s")}
 
 
-def table(methods: dict) -> str:
-    lines = ["| method | agent | n | before | after | after − before (paired 95%) | items +/− | training s |",
-             "|---" * 8 + "|"]
-    for name, r in methods.items():
-        ci = lambda x: f"[{x[0]:.3f}, {x[1]:.3f}]"  # noqa: E731
-        lines.append(f"| {name} | {r.get('agent', '–')} | {r['n']} | {r['before']:.3f} {ci(r['before_ci'])} | "
-                     f"{r['after']:.3f} {ci(r['after_ci'])} | {r['diff']:+.3f} [{r['diff_low']:+.3f}, "
-                     f"{r['diff_high']:+.3f}] | +{r['improved']}/−{r['worsened']} | {r.get('train_s') or '–'} |")
-    return "\n".join(lines) + "\n"
+def copy_adapter(src: Path, dst: Path) -> None:
+    """The adapter at ``src`` as PEFT files in ``dst``, its tensors cast to bf16 (half the size; how it trained)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    dst.mkdir(parents=True, exist_ok=True)
+    (dst / "adapter_config.json").write_text((src / "adapter_config.json").read_text())
+    tensors = {k: v.to(torch.bfloat16) for k, v in load_file(str(src / "adapter_model.safetensors")).items()}
+    save_file(tensors, str(dst / "adapter_model.safetensors"))
 
 
-CURVES = {"comas": ("verified_accuracy", "precision", "recall", "parse_failure_rate"),
-          "sage": ("solver_accuracy", "format.solver", "acceptance_rate")}
-
-
-def plot(runs: list[tuple[str, Path, tuple[str, ...]]], path: Path) -> None:
-    """One panel per run: ``(title, metrics.jsonl, keys)`` → each key of its per-step metrics against the step (runs
-    whose metrics file is missing are left out; nothing is written when none is there)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs = [r for r in runs if r[1].exists()]
-    if not runs:
-        return
-    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4), squeeze=False)
-    for ax, (title, metrics, keys) in zip(axes[0], runs):
-        lines = [json.loads(x) for x in metrics.read_text().splitlines()]
-        for key in keys:
-            ys = [m.get(key) for m in lines]
-            ax.plot([m["step"] for m in lines], [float("nan") if y is None else y for y in ys], marker="o", label=key)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-
-
+# ---- main -------------------------------------------------------------------------------------------------------
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--methods", nargs="+", default=list(AGENTS), choices=list(AGENTS))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", nargs="+", default=["grpo", "trl_grpo"], choices=list(ROWS), metavar="ROW")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--out", default="runs/effect")
-    ap.add_argument("--results", default="benchmarks/results/effect")
-    ap.add_argument("--table-only", action="store_true")
+    ap.add_argument("--table-only", action="store_true", help="rebuild effect.{md,png} from effect.json alone")
+    ap.add_argument("--adapters", action="store_true", help="copy each row's seed-0 adapter into the results")
+    ap.add_argument("--list", action="store_true", help="print the rows and their commands")
     args = ap.parse_args()
-    out, run = Path(args.out), not args.table_only
-    before = evaluate(out / "base", args.n, [], run)
-    methods: dict[str, dict] = {}
-    for method in args.methods:
-        where = out / method
-        command = train(method, where, run)
-        for agent in AGENTS[method]:
-            adapter = where / "adapters" / "final" / agent
-            after = evaluate(where / "eval" / agent, args.n, [f"adapters=[{adapter}]"], run and adapter.exists())
-            if before is not None and after is not None:
-                key = method if len(AGENTS[method]) == 1 else f"{method}/{agent}"
-                methods[key] = row(before, after, agent=agent, command=" ".join(command),
-                                   train_s=train_seconds(where))
-    if (m := maestro_row()) is not None:
-        methods["maestro"] = {**m, "agent": "central"}
-    path = Path(args.results + ".json")
-    kept = json.loads(path.read_text())["methods"] if path.exists() else {}  # rows other scripts wrote (grpo, ...)
-    methods = {**kept, **methods}
-    md = table(methods)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"benchmark": BENCH, "eval": EVAL, "methods": methods}) + "\n")
-    Path(args.results + ".md").write_text(md)
-    plot([(f"{m} --preset cpu-learn (training rollouts)", out / m / "metrics.jsonl", CURVES[m]) for m in args.methods],
-         Path(args.results + ".png"))
+    if args.list:
+        for name, row in ROWS.items():
+            command = shown(row.command(Path(args.out) / name / "seed0", 0))
+            print(f"{name:22s} {row.about}\n{'':22s} {command}")
+        return
+    path = RESULTS / "effect.json"
+    record = json.loads(path.read_text()) if path.exists() else {"benchmark": BENCH, "eval": EVAL, "methods": {}}
+    if not args.table_only:
+        out = Path(args.out)
+        base = evaluate(out / "base", args.n, [], True)
+        record["base"] = {"items": [b["correct"] for b in base], "answer_chars": round(
+            sum(b["chars"] for b in base) / len(base), 1), "command": "selfevo eval " + " ".join(
+            [f"benchmark={BENCH}", f"limit={args.n}", *EVAL])}
+        for name in args.rows:
+            row, seeds = ROWS[name], {}
+            for seed in args.seeds:
+                where = out / name / f"seed{seed}"
+                command = train(row, where, seed, True)
+                after = evaluate(where / "eval", args.n, [f"adapters=[{where / row.adapter}]"], row.finished(where))
+                if after is not None:
+                    seeds[str(seed)] = seed_record(base, after, command, curve(where, row.curve))
+                if args.adapters and seed == 0 and row.finished(where):
+                    copy_adapter(where / row.adapter, RESULTS / "adapters" / name)
+            if seeds:
+                old = record["methods"].get(name, {}).get("per_seed", {})
+                record["methods"][name] = row_summary(record["base"], {**old, **seeds}, row.about,
+                                                      row.adapter.rsplit("/", 1)[-1])
+        if (m := maestro_row()) is not None:
+            record["methods"]["maestro"] = m
+        path.write_text(json.dumps(record) + "\n")
+    md = table(record["methods"])
+    (RESULTS / "effect.md").write_text(md)
+    plot(record["methods"], RESULTS / "effect.png")
     print(md)
 
 

@@ -1,6 +1,6 @@
 """Does plain GRPO learn here, and does selfevo's GRPO match TRL's GRPOTrainer on the same task and settings?
 
-    .venv/bin/python benchmarks/ablations/grpo_vs_trl.py [--seeds 0 1 2] [--trl-seeds 0 1 2] [--n 500] [--table-only]
+    .venv/bin/python benchmarks/ablations/grpo_vs_trl.py [--seeds 0 1 2] [--n 500] [--table-only]
 
 Both trainers read the same preset, ``selfevo/configs/grpo/cpu-learn.yaml``: the embedded model, LoRA r/alpha/
 dropout on all linear layers, ``arith:train`` (first ``data.limit`` items), the evaluation's own prompt
@@ -9,17 +9,15 @@ token limit, the verifier's 1/0 reward alone, group-normalised advantages, one o
 constant learning rate, KL β to the backbone as a k3 loss term, token-mean loss over the step (TRL: ``loss_type=
 "dapo"``), truncated answers trained on, micro-batches of ``micro_batch`` rows. TRL sees exactly selfevo's task
 batches in selfevo's order (``shuffle_dataset=False`` over the concatenated step batches of the same seed).
+Differences that remain: TRL's group std is the sample std (selfevo: population), its weights stay in the model's
+dtype with the LoRA weights in float32 (selfevo: the same), and it generates with ``model.generate`` (selfevo: its
+continuous-batching engine).
 
-1. selfevo: ``selfevo run grpo --preset cpu-learn seed=S`` in ``<out>/selfevo/seed<S>`` (resumable).
-2. TRL: ``GRPOTrainer`` in a subprocess of this script (``--trl-run DIR SEED``), its adapter saved to
-   ``<out>/trl/seed<S>/adapter``, its per-step log (reward, KL, length, seconds) to ``metrics.jsonl`` there.
-3. Each adapter and the untrained model: ``selfevo eval benchmark=arith setup=vanilla`` greedy on the first ``--n``
-   held-out items (the same command and batch composition for every model).
-
-Writes ``benchmarks/results/grpo_vs_trl.{json,md,png}`` (per seed and seed-averaged; curves of reward = verified
-accuracy, KL and length per step, both trainers on one figure) and the rows ``grpo`` and ``trl_grpo`` of
-``benchmarks/results/effect.json`` (the paired interval of the seed-averaged per-item accuracy against the untrained
-model; other rows kept).
+The rows ``grpo`` and ``trl_grpo`` of ``effect.py`` do the work (train per seed, evaluate on the same held-out
+items, paired against the untrained model); this script runs them, then writes
+``benchmarks/results/grpo_vs_trl.{json,md,png}``: per seed and seed-averaged accuracy, selfevo − TRL paired on the
+seed-averaged items, seconds per step, and the training curves of both (reward = verified accuracy, KL, answer
+length, seconds per step) on one figure. ``--trl-run DIR SEED`` (what the ``trl_grpo`` row runs) trains TRL once.
 """
 from __future__ import annotations
 
@@ -33,12 +31,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from common import fmt_ci, plot_bands  # noqa: E402
-from effect import evaluate, row  # noqa: E402
 
 from selfevo.stats import paired_difference  # noqa: E402
 
 PRESET = "cpu-learn"
 RESULTS = Path("benchmarks/results")
+CURVE_KEYS = {"reward": ("reward", "agent0"), "kl": ("train", "agent0", "kl"), "length": ("length_by_role", "solver")}
 
 
 def preset_config(seed: int, overrides: list[str]):
@@ -46,25 +44,6 @@ def preset_config(seed: int, overrides: list[str]):
     from selfevo.algorithms import grpo
     from selfevo.config import load_config
     return load_config(grpo.Config, "grpo", PRESET, [f"seed={seed}", *overrides])
-
-
-# ---- training -----------------------------------------------------------------------------------------------------
-def train_selfevo(out: Path, seed: int, overrides: list[str], run: bool) -> str:
-    cmd = [sys.executable, "-m", "selfevo.cli", "run", "grpo", "--preset", PRESET, f"seed={seed}",
-           f"output_dir={out}", *overrides]
-    if run and not (out / "adapters" / "final").exists():
-        resume = ["resume=true"] if (out / "metrics.jsonl").exists() else []
-        print("+", " ".join(cmd + resume), flush=True)
-        subprocess.run(cmd + resume, check=True)
-    return "selfevo " + " ".join(cmd[3:])
-
-
-def train_trl(out: Path, seed: int, overrides: list[str], run: bool) -> str:
-    cmd = [sys.executable, __file__, "--trl-run", str(out), str(seed), *overrides]
-    if run and not (out / "adapter" / "adapter_config.json").exists():
-        print("+", " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True)
-    return "python " + " ".join(cmd[1:])
 
 
 def trl_main(out: Path, seed: int, overrides: list[str]) -> None:
@@ -115,9 +94,9 @@ def trl_main(out: Path, seed: int, overrides: list[str]) -> None:
 
 
 def _trl_step_line(step: int, logs: dict, seconds: float) -> dict:
-    """One TRL log entry in the shape of selfevo's metrics.jsonl keys this script reads."""
-    return {"step": step, "reward": {"agent0": logs.get("reward")}, "kl": logs.get("kl"),
-            "length": logs.get("completions/mean_length"), "step_s": round(seconds, 2)}
+    """One TRL log entry in the shape of selfevo's metrics.jsonl (the keys this script and effect.py read)."""
+    return {"step": step, "reward": {"agent0": logs.get("reward")}, "train": {"agent0": {"kl": logs.get("kl")}},
+            "length_by_role": {"solver": logs.get("completions/mean_length")}, "step_s": round(seconds, 2)}
 
 
 def StepTimer(path: Path):  # noqa: N802 - a TrainerCallback built lazily (transformers is imported by trl_main)
@@ -145,68 +124,67 @@ def StepTimer(path: Path):  # noqa: N802 - a TrainerCallback built lazily (trans
     return _Timer()
 
 
-# ---- reading runs -------------------------------------------------------------------------------------------------
-def selfevo_curve(m: dict) -> dict:
-    """A selfevo metrics line as (reward, kl, length, seconds)."""
-    train = (m.get("train") or {}).get("agent0") or {}
-    return {"step": m["step"], "reward": m["reward"]["agent0"], "kl": train.get("kl"),
-            "length": m["length_by_role"].get("solver"), "step_s": m.get("step_s")}
+# ---- the comparison ------------------------------------------------------------------------------------------------
+def curves(run: Path) -> list[dict]:
+    """reward, KL, length and seconds per step of one run (either trainer: the same metrics.jsonl shape)."""
+    path = run / "metrics.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    return [{"step": m["step"], "step_s": m.get("step_s"), **{k: _dig(m, p) for k, p in CURVE_KEYS.items()}}
+            for m in lines]
 
 
-def read_run(path: Path, convert) -> list[dict]:
-    if not path.exists():
-        return []
-    return [convert(json.loads(x)) for x in path.read_text().splitlines() if x.strip()]
-
-
-def seed_average(items: list[list[float]]) -> list[float]:
-    """Per-item mean correctness over seeds (each list in the same held-out order)."""
-    return [sum(col) / len(col) for col in zip(*items)]
-
-
-def summarise(name: str, before: list[float], per_seed: dict[int, list[float]], curves: dict[int, list[dict]],
-              commands: dict[int, str]) -> dict | None:
-    """One trainer's row: per-seed accuracy and paired change, and the change of the seed-averaged per-item
-    accuracy (``effect.json`` row fields)."""
-    seeds = sorted(per_seed)
-    if not seeds:
-        return None
-    avg = seed_average([per_seed[s] for s in seeds])
-    seconds = {s: [c["step_s"] for c in curves.get(s, []) if c.get("step_s")] for s in seeds}
-    per = {str(s): {"accuracy": sum(per_seed[s]) / len(per_seed[s]),
-                    "diff": paired_difference(before, per_seed[s]), "command": commands[s],
-                    "steps": len(curves.get(s, [])), "train_s": round(sum(seconds[s]), 1),
-                    "s_per_step_median": _median(seconds[s])} for s in seeds}
-    r = row(before, avg, agent="agent0", seeds=seeds, per_seed=per, command=commands[seeds[0]],
-            train_s=round(sum(p["train_s"] for p in per.values()) / len(per), 1))
-    r["trainer"] = name
-    return r
+def _dig(m: dict, path: tuple[str, ...]):
+    for part in path:
+        m = m.get(part) if isinstance(m, dict) else None
+    return m
 
 
 def _median(xs: list[float]) -> float | None:
-    xs = sorted(xs)
+    xs = sorted(x for x in xs if x is not None)
     return None if not xs else (xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2)
 
 
-# ---- output ---------------------------------------------------------------------------------------------------------
-def table(rows: dict, head_to_head: dict | None) -> str:
-    lines = ["| trainer | seeds | accuracy per seed | after (seed-avg) | after − before (paired 95%) | "
-             "s/step (median) |", "|---|---|---|---|---|---|"]
+def compare(rows: dict, runs: dict[str, dict[str, list[dict]]]) -> dict:
+    """Per trainer: accuracy per seed, the seed-averaged change, median seconds per step; and selfevo − TRL on the
+    seed-averaged per-item accuracy (only over the seeds both have)."""
+    out = {}
     for name, r in rows.items():
-        per = r["per_seed"]
-        accs = ", ".join(f"{p['accuracy']:.3f}" for p in per.values())
-        secs = fmt_ci([p["s_per_step_median"] for p in per.values()], 1)
-        lines.append(f"| {name} | {len(per)} | {accs} | {r['after']:.3f} | {r['diff']:+.3f} [{r['diff_low']:+.3f}, "
-                     f"{r['diff_high']:+.3f}] (+{r['improved']}/−{r['worsened']}) | {secs} |")
-    before = next(iter(rows.values()))["before"] if rows else None
-    text = "\n".join(lines) + f"\n\nBefore (untrained, greedy): {before:.3f}.\n" if rows else "no runs yet\n"
-    if head_to_head:
-        text += (f"selfevo − TRL (seed-averaged, paired): {head_to_head['diff']:+.3f} [{head_to_head['low']:+.3f}, "
-                 f"{head_to_head['high']:+.3f}].\n")
+        out[name] = {"seeds": r["seeds"], "before": r["before"], "after": r["after"], "diff": r["diff"],
+                     "diff_low": r["diff_low"], "diff_high": r["diff_high"],
+                     "accuracy": {s: p["accuracy"] for s, p in r["per_seed"].items()},
+                     "s_per_step": {s: _median([c["step_s"] for c in runs[name].get(s, [])])
+                                    for s in r["per_seed"]}}
+    if {"grpo", "trl_grpo"} <= set(rows):
+        both = sorted(set(rows["grpo"]["per_seed"]) & set(rows["trl_grpo"]["per_seed"]))
+        if both:
+            avg = lambda r: [sum(c) / len(c) for c in zip(*(r["per_seed"][s]["items"] for s in both))]  # noqa: E731
+            h2h = paired_difference(avg(rows["trl_grpo"]), avg(rows["grpo"]))
+            out["selfevo_minus_trl"] = {"seeds": both, **h2h}
+    return out
+
+
+def table(result: dict) -> str:
+    lines = ["| trainer | seeds | after per seed | after (seed-avg) | after − before (paired 95%) | s/step (median over "
+             "seeds) |", "|---|---|---|---|---|---|"]
+    for name in ("grpo", "trl_grpo"):
+        if name not in result:
+            continue
+        r = result[name]
+        accs = ", ".join(f"{a:.3f}" for a in r["accuracy"].values())
+        lines.append(f"| {name} | {len(r['seeds'])} | {accs} | {r['after']:.3f} | {r['diff']:+.3f} "
+                     f"[{r['diff_low']:+.3f}, {r['diff_high']:+.3f}] | {fmt_ci(list(r['s_per_step'].values()), 1)} |")
+    text = "\n".join(lines) + "\n"
+    trained = [result[k] for k in ("grpo", "trl_grpo") if k in result]
+    if trained:
+        text += f"\nBefore (the untrained model, greedy): {trained[0]['before']:.3f}.\n"
+    if "selfevo_minus_trl" in result:
+        h = result["selfevo_minus_trl"]
+        text += (f"selfevo − TRL (seed-averaged items, seeds {h['seeds']}): {h['diff']:+.3f} "
+                 f"[{h['low']:+.3f}, {h['high']:+.3f}].\n")
     return text
 
 
-def plot(curves: dict[str, dict[int, list[dict]]], path: Path) -> None:
+def plot(runs: dict[str, dict[str, list[dict]]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -216,10 +194,10 @@ def plot(curves: dict[str, dict[int, list[dict]]], path: Path) -> None:
               ("length", "answer length (tokens)"), ("step_s", "seconds per step"))
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8))
     for ax, (key, title) in zip(axes, panels):
-        for name, runs in curves.items():
-            runs = [r for r in runs.values() if r]
-            if runs:
-                plot_bands(ax, runs, lambda m, k=key: m.get(k) if k != "reward" else m["reward"]["agent0"], name)
+        for name, by_seed in runs.items():
+            seeds = [c for c in by_seed.values() if c]
+            if seeds:
+                plot_bands(ax, seeds, lambda m, k=key: m.get(k), name)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -228,56 +206,31 @@ def plot(curves: dict[str, dict[int, list[dict]]], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def merge_effect(rows: dict) -> None:
-    """Put ``rows`` into ``benchmarks/results/effect.json`` and its table, keeping the other rows."""
-    from effect import BENCH, EVAL, table as effect_table
-    path = RESULTS / "effect.json"
-    record = json.loads(path.read_text()) if path.exists() else {"benchmark": BENCH, "eval": EVAL, "methods": {}}
-    record["methods"].update(rows)
-    path.write_text(json.dumps(record) + "\n")
-    (RESULTS / "effect.md").write_text(effect_table(record["methods"]))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2], help="selfevo training seeds")
-    ap.add_argument("--trl-seeds", nargs="*", type=int, default=[0, 1, 2], help="TRL training seeds")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--n", type=int, default=500, help="held-out arith items")
-    ap.add_argument("--out", default="runs/grpo_vs_trl")
-    ap.add_argument("--table-only", action="store_true", help="only read what is there")
+    ap.add_argument("--out", default="runs/effect", help="effect.py's run folder")
+    ap.add_argument("--table-only", action="store_true", help="rebuild from grpo_vs_trl.json alone")
     ap.add_argument("--trl-run", nargs=2, metavar=("DIR", "SEED"), help=argparse.SUPPRESS)
-    ap.add_argument("overrides", nargs="*", help="config key=value for both trainers")
+    ap.add_argument("overrides", nargs="*", help="(with --trl-run) config key=value")
     args = ap.parse_args()
     if args.trl_run:
         return trl_main(Path(args.trl_run[0]), int(args.trl_run[1]), args.overrides)
-    out, run = Path(args.out), not args.table_only
-    before = evaluate(Path("runs/effect/base"), args.n, [], run)
-    if before is None:
-        raise SystemExit("no evaluation of the untrained model yet (run without --table-only)")
-    trainers = {"grpo": (train_selfevo, args.seeds, "adapters/final/agent0", selfevo_curve),
-                "trl_grpo": (train_trl, args.trl_seeds, "adapter", lambda m: m)}
-    rows, items, curves = {}, {}, {}
-    for name, (train, seeds, adapter_at, convert) in trainers.items():
-        per_seed, commands, curves[name] = {}, {}, {}
-        for seed in seeds:
-            where = out / name / f"seed{seed}"
-            commands[seed] = train(where, seed, args.overrides, run)
-            curves[name][seed] = read_run(where / "metrics.jsonl", convert)
-            adapter = where / adapter_at
-            after = evaluate(where / "eval", args.n, [f"adapters=[{adapter}]"], run and adapter.exists())
-            if after is not None:
-                per_seed[seed] = after
-        if (r := summarise(name, before, per_seed, curves[name], commands)) is not None:
-            rows[name], items[name] = r, r["after_items"]
-    h2h = paired_difference(items["trl_grpo"], items["grpo"]) if len(items) == 2 else None
-    md = table(rows, h2h)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "grpo_vs_trl.json").write_text(json.dumps({"preset": PRESET, "overrides": args.overrides,
-                                                          "rows": rows, "selfevo_minus_trl": h2h,
-                                                          "curves": curves}) + "\n")
+    path = RESULTS / "grpo_vs_trl.json"
+    if args.table_only:
+        record = json.loads(path.read_text())
+    else:
+        subprocess.run([sys.executable, str(Path(__file__).with_name("effect.py")), "--rows", "grpo", "trl_grpo",
+                        "--seeds", *map(str, args.seeds), "--n", str(args.n), "--out", args.out], check=True)
+        rows = json.loads((RESULTS / "effect.json").read_text())["methods"]
+        rows = {k: rows[k] for k in ("grpo", "trl_grpo") if k in rows}
+        runs = {k: {s: curves(Path(args.out) / k / f"seed{s}") for s in r["per_seed"]} for k, r in rows.items()}
+        record = {"preset": PRESET, "result": compare(rows, runs), "curves": runs}
+        path.write_text(json.dumps(record) + "\n")
+    md = table(record["result"])
     (RESULTS / "grpo_vs_trl.md").write_text(md)
-    plot(curves, RESULTS / "grpo_vs_trl.png")
-    merge_effect(rows)
+    plot(record["curves"], RESULTS / "grpo_vs_trl.png")
     print(md)
 
 

@@ -1,0 +1,63 @@
+"""benchmarks/ablations/effect.py and grpo_vs_trl.py: rows over seeds on hand-worked numbers, the table rebuilt from
+the JSON alone, and the rows' commands."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.paths import ROOT
+
+ABLATIONS = ROOT / "benchmarks" / "ablations"
+
+
+def _load(name):
+    sys.path.insert(0, str(ABLATIONS))
+    spec = importlib.util.spec_from_file_location(f"ablation_{name}", ABLATIONS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+effect = _load("effect")
+grpo_vs_trl = _load("grpo_vs_trl")
+
+BASE = {"items": [0.0, 0.0, 1.0, 0.0], "answer_chars": 400.0}
+SEEDS = {"0": {"items": [1.0, 0.0, 1.0, 0.0], "accuracy": 0.5, "diff": 0.25, "answer_chars": 100.0, "train_s": 10.0},
+         "1": {"items": [1.0, 1.0, 0.0, 0.0], "accuracy": 0.5, "diff": 0.25, "answer_chars": 200.0, "train_s": 20.0}}
+
+
+def test_row_summary_pairs_the_seed_averaged_items():
+    r = effect.row_summary(BASE, SEEDS, "about", "agent0")
+    # seed-averaged items [1, 0.5, 0.5, 0]; differences from before [1, 0.5, -0.5, 0]: mean 0.25,
+    # sample sd sqrt(((0.75)^2 + 0.25^2 + 0.75^2 + 0.25^2) / 3) = sqrt(1.25 / 3) = 0.645497; half = 1.96 * sd / 2
+    assert (r["before"], r["after"], r["diff"]) == (0.25, 0.5, 0.25)
+    assert r["diff_low"] == pytest.approx(0.25 - 1.959964 * 0.645497 / 2, abs=1e-5)
+    assert (r["improved"], r["worsened"], r["seeds"]) == (2, 1, [0, 1])
+    assert (r["chars_before"], r["chars_after"], r["train_s"]) == (400.0, 150.0, 15.0)
+
+
+def test_row_summary_one_seed_equal_items_is_a_zero_change():
+    r = effect.row_summary(BASE, {"0": {"items": list(BASE["items"]), "diff": 0.0}})
+    assert (r["diff"], r["diff_low"], r["diff_high"], r["improved"], r["worsened"]) == (0.0, 0.0, 0.0, 0, 0)
+    assert r["chars_after"] is None and "| 0.250" in effect.table({"x": r})
+
+
+def test_every_row_has_a_command_with_its_seed_and_folder():
+    for name, row in effect.ROWS.items():
+        cmd = row.command(Path("runs/effect") / name / "seed2", 2)
+        assert ("seed=2" in cmd or cmd[-1] == "2") and str(Path("runs/effect") / name / "seed2") in " ".join(cmd), name
+    assert effect.shown(effect.ROWS["grpo"].command(Path("d"), 1)) == \
+        "selfevo run grpo --preset cpu-learn seed=1 output_dir=d"
+
+
+def test_grpo_vs_trl_compares_on_the_seeds_both_have():
+    rows = {"grpo": effect.row_summary(BASE, SEEDS), "trl_grpo": effect.row_summary(BASE, {"0": SEEDS["1"]})}
+    runs = {"grpo": {"0": [{"step_s": 2.0}, {"step_s": 4.0}, {"step_s": 3.0}], "1": []}, "trl_grpo": {"0": []}}
+    out = grpo_vs_trl.compare(rows, runs)
+    assert out["grpo"]["s_per_step"] == {"0": 3.0, "1": None}
+    # seed 0 only: selfevo [1, 0, 1, 0] - TRL [1, 1, 0, 0] = [0, -1, 1, 0]: mean 0
+    h = out["selfevo_minus_trl"]
+    assert h["seeds"] == ["0"] and h["diff"] == 0.0 and (h["improved"], h["worsened"]) == (1, 1)
+    assert "selfevo − TRL" in grpo_vs_trl.table(out)
