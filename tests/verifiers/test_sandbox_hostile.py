@@ -408,7 +408,7 @@ def test_fs_modes_are_counted_and_reach_the_step_metrics():
 
 
 def test_minimal_root_binds_python_lib_dirs_of_a_prefix_not_a_project_beside_them():
-    in_lib_of = harness_for_tests()._in_lib_of
+    in_lib_of = harness_for_tests("isolation")._in_lib_of
     assert in_lib_of("/usr/lib/python3/dist-packages", "/usr")
     assert in_lib_of("/work/main/.venv/lib/python3.11/site-packages", "/work/main/.venv")
     assert not in_lib_of("/usr/src/app", "/usr")  # an editable install's project folder inside a prefix
