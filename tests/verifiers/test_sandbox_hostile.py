@@ -439,3 +439,13 @@ def test_the_child_imports_only_the_standard_library_and_loads_its_modules_in_or
                 assert node.module.split(".")[0] in sys.stdlib_module_names, (name, node.module)
             elif isinstance(node, ast.ImportFrom):
                 assert node.level == 1 and node.module in earlier, (name, node.module)
+
+
+def test_code_the_harness_makes_while_running_cannot_be_swapped():
+    """A function the harness makes during a step (the step's SIGALRM handler, from ``bounded.py``) is in none of the
+    namespaces it snapshots; the audit hook still refuses to swap its code, as it was compiled from a harness file."""
+    check = ("import signal\nhandler = signal.getsignal(signal.SIGALRM)\ntry:\n"
+             "    handler.__code__ = (lambda *a: None).__code__\n    swapped = True\nexcept AttributeError:\n"
+             "    swapped = False\nassert handler.__code__.co_filename.endswith('bounded.py') and not swapped")
+    result = run_program("x = 1", [exec_step(check)], LIMITS)
+    assert result.score == 1.0, [s.error for s in result.steps] + [result.detail, result.log_tail]
