@@ -3,9 +3,9 @@
 ``-I`` leaves this file's folder off ``sys.path`` (and ``selfevo`` may not be importable at all), so this file loads
 the harness's other modules itself, by path: each module of :data:`MODULES` is compiled from its file beside this one
 and executed as ``_selfevo_sandbox_child.<name>``, in that order (each imports, by relative imports, only modules
-loaded before it). They are in ``sys.modules`` only while they load, so that those imports find them; then they are
-taken out, as the harness's own module is before the program runs: the program does not find them there. Nothing is
-read from ``__pycache__``, and the package's ``__init__`` is not run here.
+loaded before it). They are in ``sys.modules`` only while they load, so that those imports find them, and are taken
+out before anything else runs: the program must not find the harness there (this module, ``__main__``, is replaced
+there before the program runs). Nothing is read from ``__pycache__``, and the package's ``__init__`` is not run here.
 
 :func:`channel._child_main` then runs the job with the namespaces of all of them, this one's included, and the files
 they were compiled from: the harness snapshots and restores each of those namespaces and the classes they define, and
