@@ -2,9 +2,10 @@
 
 This module is the parent side: :func:`run_program` takes the candidate program and a list of *steps* (made with
 :func:`exec_step`, :func:`pytest_step`, :func:`call_step`, :func:`io_step`) and returns a :class:`SandboxResult`.
-The child is the harness, ``sandbox_harness.py`` beside this file (:data:`HARNESS_PATH`), run as its own program
-(``python -I -B sandbox_harness.py``); it only imports the standard library, so it runs the same way whether
-``selfevo`` is importable there or not. Tests reach its pure parts through :func:`harness_for_tests`.
+The child is the harness, the package ``sandbox_child`` beside this file, whose ``entry.py`` (:data:`HARNESS_PATH`)
+runs as its own program (``python -I -B sandbox_child/entry.py``) and loads the package's other modules itself; they
+only import the standard library, so the child runs the same way whether ``selfevo`` is importable there or not.
+Tests reach its pure parts through :func:`harness_for_tests`.
 
 Containment, outermost first (each layer is tested on its own in ``tests/verifiers/test_sandbox_hostile.py``):
 
@@ -29,7 +30,7 @@ Containment, outermost first (each layer is tested on its own in ``tests/verifie
    work dir raise ``PermissionError`` with a clear message. It gives readable failures; layers 1-2 hold even if
    code gets around it.
 
-What decides a test (see "harness-owned comparisons" in the harness; ``docs/sandbox.md`` has the full account):
+What decides a test (see the harness's ``judge`` module; ``docs/sandbox.md`` has the full account):
 test code is instrumented and compiled (assertions always on) before the program is loaded, so comparisons, truth
 tests and values returned by calls are judged by the harness on plain data, never through special methods the
 program wrote. The tests get their own copy of the builtins, and the task prefix's own helpers. Before the program
@@ -68,7 +69,7 @@ from _thread import allocate_lock
 from dataclasses import dataclass, field
 from typing import Any
 
-HARNESS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_harness.py")  # the child
+HARNESS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child", "entry.py")  # the child
 _RESULT_CAP_BYTES = 32 << 20  # the parent stops reading results beyond this
 _LOG_TAIL_BYTES = 2000
 _FS_MODES: collections.Counter = collections.Counter()  # jobs per ``isolation["fs"]`` since the last take
@@ -502,9 +503,10 @@ def _signal_reason(signum: int, limits: Limits) -> str:
     return f"killed by {name} before the harness completed"
 
 
-def harness_for_tests() -> types.ModuleType:
-    """For tests only: the harness (:data:`HARNESS_PATH`) imported into this process as a module, so that its pure
-    parts (the output oracles ``outputs_match``, ``_json_equal``, ``_evalplus_equal``, ``_foreign_type``; path
-    helpers such as ``_in_lib_of``) can be checked without starting a job. Jobs never use it: they run the harness as
-    its own program."""
-    return importlib.import_module("selfevo.verifiers.sandbox_harness")
+def harness_for_tests(module: str) -> types.ModuleType:
+    """For tests only: the harness's module ``module`` (``selfevo.verifiers.sandbox_child.<module>``) imported into
+    this process, so that its pure parts (in ``oracles`` the output oracles ``outputs_match``, ``_json_equal``,
+    ``_evalplus_equal``, ``_foreign_type``; in ``isolation`` path helpers such as ``_in_lib_of``) can be checked
+    without starting a job. Jobs never use it: they run the harness as its own program (:data:`HARNESS_PATH`), which
+    loads its modules itself."""
+    return importlib.import_module(f"selfevo.verifiers.sandbox_child.{module}")

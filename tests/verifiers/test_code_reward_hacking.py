@@ -266,6 +266,23 @@ HOSTILE = [
          "h._foreign_type = lambda *a, **k: ''\nclass Solution:\n    def double(self, x):\n        return -1"),
     Case("harness-globals-via-guard-closure", lambda: io_task(("2\n", "4\n"), ("5\n", "10\n")),
          "import builtins\nbuiltins.open.__globals__['outputs_match'] = lambda *a: True\nprint('wrong')"),
+    Case("harness-modules-in-sys-modules", lcb_call_task,
+         "import sys\ndef cheat():\n    for m in list(sys.modules.values()):\n"
+         "        g = getattr(m, '__dict__', None)\n        if isinstance(g, dict) and '_json_equal' in g:\n"
+         "            g['_json_equal'] = lambda *a: True\n            g['_foreign_type'] = lambda *a, **k: ''\n"
+         "class Solution:\n    def double(self, x):\n        cheat()\n        return -1"),
+    Case("harness-module-reached-through-another", lambda: asserts(SQUARE, "f"),
+         "def harness_globals():\n    seen, todo = set(), [open.__globals__]\n    while todo:\n        g = todo.pop()\n"
+         "        if id(g) not in seen:\n            seen.add(id(g))\n            yield g\n"
+         "            for v in list(g.values()):\n"
+         "                for w in [v, *(vars(v).values() if isinstance(v, type) else ())]:\n"
+         "                    if isinstance(getattr(w, '__globals__', None), dict):\n"
+         "                        todo.append(w.__globals__)\n"
+         "for g in list(harness_globals()):\n    if '_timed' in g:\n"
+         "        g['_timed'] = lambda action, seconds: (True, '')\ndef f(x):\n    return 0"),
+    Case("judge-module-table-through-callback", lambda: asserts(CALLBACK, "apply"),
+         "def apply(fn, x):\n    judge_globals = fn.__globals__['_selfevo_cmp'].__func__.__globals__\n"
+         "    judge_globals['_COMPARE_OPS']['Eq'] = lambda a, b: True\n    return 0"),
     Case("harness-type-check-objclass-trick", lcb_call_task,
          "class T:\n    def __call__(self, *a):\n        return True\nclass R:\n    pass\nR.__eq__ = T()\n"
          "R.__dict__['__eq__'].__objclass__ = R\nclass Solution:\n    def double(self, x):\n        return R()"),

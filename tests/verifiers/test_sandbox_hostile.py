@@ -7,6 +7,7 @@ nodes, its work dir): a program searching the host for its tests' expected value
 """
 from __future__ import annotations
 
+import ast
 import os
 import secrets
 import socket
@@ -18,7 +19,7 @@ import pytest
 
 from selfevo.types import Task
 from selfevo.verifiers import verify
-from selfevo.verifiers.sandbox import Limits, exec_step, harness_for_tests, run_program, take_fs_modes
+from selfevo.verifiers.sandbox import HARNESS_PATH, Limits, exec_step, harness_for_tests, run_program, take_fs_modes
 
 LIMITS = Limits(wall_s=6.0, cpu_s=4.0, unit_s=1.0, load_s=2.0, memory_mb=512, output_bytes=1 << 16,
                 file_bytes=1 << 20)
@@ -408,9 +409,43 @@ def test_fs_modes_are_counted_and_reach_the_step_metrics():
 
 
 def test_minimal_root_binds_python_lib_dirs_of_a_prefix_not_a_project_beside_them():
-    in_lib_of = harness_for_tests()._in_lib_of
+    in_lib_of = harness_for_tests("isolation")._in_lib_of
     assert in_lib_of("/usr/lib/python3/dist-packages", "/usr")
     assert in_lib_of("/work/main/.venv/lib/python3.11/site-packages", "/work/main/.venv")
     assert not in_lib_of("/usr/src/app", "/usr")  # an editable install's project folder inside a prefix
     assert not in_lib_of("/work/main", "/work/main/.venv")
     assert not in_lib_of("/usr", "/usr")
+
+
+# ---- the harness's own files -------------------------------------------------------------------------------------
+
+
+def test_the_child_imports_only_the_standard_library_and_loads_its_modules_in_order():
+    """The child runs where ``selfevo`` is not importable: each of its files imports only the standard library and,
+    by relative imports, modules the entry loads before it; ``entry.MODULES`` names every module of the package but
+    the entry and ``__init__`` (the entry loads exactly those, in that order)."""
+    package = os.path.dirname(HARNESS_PATH)
+    order = harness_for_tests("entry").MODULES
+    files = sorted(name[:-3] for name in os.listdir(package) if name.endswith(".py"))
+    assert sorted(order) == [name for name in files if name not in ("entry", "__init__")]
+    for name in files:
+        earlier = order[:order.index(name)] if name in order else ()
+        with open(os.path.join(package, name + ".py")) as fh:
+            tree = ast.parse(fh.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                assert all(alias.name.split(".")[0] in sys.stdlib_module_names for alias in node.names), name
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert node.module.split(".")[0] in sys.stdlib_module_names, (name, node.module)
+            elif isinstance(node, ast.ImportFrom):
+                assert node.level == 1 and node.module in earlier, (name, node.module)
+
+
+def test_code_the_harness_makes_while_running_cannot_be_swapped():
+    """A function the harness makes during a step (the step's SIGALRM handler, from ``bounded.py``) is in none of the
+    namespaces it snapshots; the audit hook still refuses to swap its code, as it was compiled from a harness file."""
+    check = ("import signal\nhandler = signal.getsignal(signal.SIGALRM)\ntry:\n"
+             "    handler.__code__ = (lambda *a: None).__code__\n    swapped = True\nexcept AttributeError:\n"
+             "    swapped = False\nassert handler.__code__.co_filename.endswith('bounded.py') and not swapped")
+    result = run_program("x = 1", [exec_step(check)], LIMITS)
+    assert result.score == 1.0, [s.error for s in result.steps] + [result.detail, result.log_tail]

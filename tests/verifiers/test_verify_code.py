@@ -14,9 +14,9 @@ from selfevo.verifiers.code import (build_steps, evalplus_compare, extract_code,
 from selfevo.verifiers.sandbox import call_step, harness_for_tests, run_program
 
 FAST = {"wall_s": 20.0, "cpu_s": 20.0, "unit_s": 2.0, "load_s": 5.0, "memory_mb": 1024}
-HARNESS = harness_for_tests()  # the child harness, for its pure parts: output oracles and type checks
-outputs_match, json_equal, evalplus_equal, foreign_type = (HARNESS.outputs_match, HARNESS._json_equal,
-                                                           HARNESS._evalplus_equal, HARNESS._foreign_type)
+ORACLES = harness_for_tests("oracles")  # the child harness's pure parts: output oracles and type checks
+outputs_match, json_equal, evalplus_equal, foreign_type = (ORACLES.outputs_match, ORACLES._json_equal,
+                                                           ORACLES._evalplus_equal, ORACLES._foreign_type)
 
 
 def code_task(tests: str = "", entry_point: str = "", **meta) -> Task:
