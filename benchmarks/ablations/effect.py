@@ -274,6 +274,9 @@ def main() -> None:
                                                       row.adapter.rsplit("/", 1)[-1])
         if (m := maestro_row()) is not None:
             record["methods"]["maestro"] = m
+        if path.exists():  # rows another run of this script wrote meanwhile are kept; this run's replace theirs
+            mine = {k: record["methods"][k] for k in [*args.rows, "maestro"] if k in record["methods"]}
+            record["methods"] = {**json.loads(path.read_text())["methods"], **mine}
         path.write_text(json.dumps(record) + "\n")
     md = table(record["methods"])
     (RESULTS / "effect.md").write_text(md)
