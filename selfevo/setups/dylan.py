@@ -25,7 +25,8 @@ agents run and see only the kept replies (the paper's description; the MATH scri
 optimisation that picks, before the evaluation, the role-pool candidates with the highest mean importance on a
 trial set (every agent here is the same assistant).
 
-Steps: ``rounds``, + 1 ranker call when ``rounds`` ≥ 3 and ``n_agents`` > ``top_k``; fewer on an early stop.
+Steps: ``rounds``, + 1 ranker call when ``rounds`` ≥ 3 and ``n_agents`` > ``top_k``; fewer on an early stop. Agent i
+uses ``agents[i % len(agents)]``.
 """
 from __future__ import annotations
 
