@@ -45,7 +45,7 @@ from selfevo.tasks import format_prompt, load_tasks, task_names
 from selfevo.types import SamplingParams, Task
 
 TABLE_METRICS = ("coverage", "identification", "coverage_any", "select_parse_failures", "vote_agreement",
-                 "unanimous_rate", "mean_assistant_turns")
+                 "unanimous_rate", "mean_assistant_turns", "mean_rounds", "mean_layers")
 
 
 class EvalError(ConfigError):

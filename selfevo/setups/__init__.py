@@ -4,7 +4,8 @@
 >>> run = run_setup("debate", tasks, engine, SamplingParams(max_new_tokens=256, temperature=0.5))
 >>> run.results[0].final_response, run.results[0].extracted, run.metrics, run.steps
 
-Registered: ``vanilla``, ``consistency``, ``autogen``, ``debate``, ``maestro_select`` (see each module). Every
+Registered: ``vanilla``, ``consistency``, ``autogen``, ``debate``, ``maestro_select``, and MAESTRO Table 1's
+multi-agent baselines ``php``, ``group_debate``, ``dylan``, ``agentprune`` (see each module). Every
 setup is an episode program per task on the shared :class:`~selfevo.interaction.Runner`, which batches all
 generations of one step, across all tasks, into one ``engine.generate`` call (turns and request seeds are
 :mod:`selfevo.interaction`'s).
@@ -16,6 +17,7 @@ from typing import Any, Callable, Sequence
 from selfevo.setups.base import (SETUPS, Setup, SetupError, SetupRun, TaskResult, load_options, option_names,
                                  turn_record)
 from selfevo.setups import vanilla, consistency, autogen, debate, maestro  # noqa: F401,I001  (registers)
+from selfevo.setups import php, group_debate, dylan, agentprune  # noqa: F401,I001  (registers)
 from selfevo.types import SamplingParams, Task
 
 

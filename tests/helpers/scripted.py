@@ -33,3 +33,19 @@ class ScriptedEngine:
 
     def close(self):
         pass
+
+
+class ReplyEngine(ScriptedEngine):
+    """Answers each request with ``reply(request)`` and records every call's requests (``calls``): the setups'
+    protocol tests read what each agent was shown and in which call."""
+
+    def __init__(self, reply):
+        super().__init__()
+        self.reply, self.calls = reply, []
+
+    def answer(self, request) -> str:
+        return self.reply(request)
+
+    def generate(self, requests):
+        self.calls.append(list(requests))
+        return super().generate(requests)

@@ -66,6 +66,10 @@ EXPECTED = {  # (setup, options) -> sizes of the engine calls for 3 tasks: one c
     ("debate", (("aggregate", "llm"),)): [9, 9, 3],
     ("autogen", ()): [3, 3, 3, 3, 3],  # random text never says TERMINATE: 3 assistant + 2 proxy turns
     ("maestro_select", ()): [27, 3] * 3,
+    ("php", (("max_rounds", 3),)): [3, 3, 3],  # random text never repeats an answer
+    ("group_debate", ()): [12, 12, 6, 12, 12],
+    ("dylan", ()): [12, 12, 3, 6],  # no consensus: 2 layers of 4, the ranker, a layer of 2
+    ("agentprune", ()): [3, 3, 3, 3, 3],  # seed 1's pruned graph: 4 waves of one agent, then the decision
 }
 
 
@@ -92,7 +96,8 @@ def test_setup_on_tiny_model_is_well_formed_and_batched(tiny_engine, name, optio
 
 
 def test_registry_and_defaults():
-    assert SETUPS.names() == ["autogen", "consistency", "debate", "maestro_select", "vanilla"]
+    assert SETUPS.names() == ["agentprune", "autogen", "consistency", "debate", "dylan", "group_debate",
+                              "maestro_select", "php", "vanilla"]
     assert SETUPS.get("vanilla").default_temperature == 0.0
     assert SETUPS.get("maestro_select").default_temperature == 0.7
     assert SETUPS.get("maestro_select").default_top_p == 0.95
