@@ -61,3 +61,24 @@ def test_grpo_vs_trl_compares_on_the_seeds_both_have():
     h = out["selfevo_minus_trl"]
     assert h["seeds"] == ["0"] and h["diff"] == 0.0 and (h["improved"], h["worsened"]) == (1, 1)
     assert "selfevo − TRL" in grpo_vs_trl.table(out)
+
+
+@pytest.mark.slow
+def test_committed_adapters_load_with_peft_and_change_the_model():
+    import torch
+    from peft import PeftModel
+
+    from selfevo import models
+
+    folders = sorted(p for p in (ROOT / "benchmarks" / "results" / "adapters").glob("*") if p.is_dir())
+    if not folders:
+        pytest.skip("no adapters committed under benchmarks/results/adapters")
+    assert sum(f.stat().st_size for p in folders for f in p.rglob("*")) < 50 * 2 ** 20  # the budget
+    ids = torch.tensor([[1, 2, 3, 4]])
+    for folder in folders:
+        base = models.load_model("smollm2-135m-instruct", dtype="float32")
+        with torch.no_grad():
+            before = base(ids).logits
+            model = PeftModel.from_pretrained(base, str(folder))
+            after = model(ids).logits
+        assert not torch.equal(before, after), folder.name  # a trained adapter, not the identity
