@@ -20,7 +20,8 @@ Per round t = 1..R, every episode (task) of the batch in lockstep, one engine ca
 
 Each episode ends with ``ep.meta["rounds"]`` (one record per round, see :func:`round_record`) and
 ``ep.meta["final"]`` (the last round's output text). :func:`maestro_metrics` turns the records into coverage p_t,
-identification q_t, accuracy and the selection parse-failure rate, per round and overall.
+identification q_t, accuracy and the selection parse-failure rate, per round and overall; :func:`round_flows` into
+the flow of answers from round to round (correct → wrong, ...: ``selfevo report`` draws it as a Sankey figure).
 """
 from __future__ import annotations
 
@@ -304,3 +305,49 @@ def maestro_metrics(records: Sequence[Sequence[dict]], rounds: int) -> dict[str,
     out["select_parse_failure_rate"] = fails / (len(records) * rounds)
     out["explore_samples"] = sum(x["explored"] for task in records for x in task)
     return out
+
+
+# ---- the flow of answers between rounds (paper Fig. 5; drawn by selfevo report) -----------------------------------
+# A round's outcome for one question: its decision correct; wrong although a correct candidate was on the slate
+# (an identification miss); wrong with no correct candidate (a coverage miss); no answer at all.
+FLOW_STATES = ("correct", "missed", "uncovered", "no_answer")
+
+
+def round_state(record: Mapping[str, Any]) -> str:
+    """The outcome (one of :data:`FLOW_STATES`) of one round record: ``no_answer`` when the central output did not
+    parse, or (Central-Gen, which chooses nothing) when its answer has no final answer; else ``correct`` when the
+    decision is correct, ``missed`` when it is wrong but the slate held a correct candidate, ``uncovered`` when the
+    slate held none."""
+    if not record["parsed"] or (record["chosen"] is None and record["central_final"] is None):
+        return "no_answer"
+    if record["chosen_correct"]:
+        return "correct"
+    return "missed" if record["covered"] else "uncovered"
+
+
+def round_flows(records: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    """The flow of the questions' outcomes from round to round, from their round records (one list per question,
+    as :func:`maestro_metrics` takes them): ``columns`` (per round: how many questions are in each state),
+    ``flows`` (every non-zero ``{"from": t, "source": state in round t, "target": state in round t + 1, "count"}``,
+    in source then target order) and ``transitions`` (per pair of rounds: ``correct_correct``, ``correct_wrong``,
+    ``wrong_correct``, ``wrong_wrong``, where wrong is any state but correct). A question with fewer rounds counts
+    in the rounds it has."""
+    states = [[round_state(r) for r in rounds] for rounds in records]
+    depth = max((len(s) for s in states), default=0)
+    columns, flows, transitions = [], [], []
+    for t in range(depth):
+        counts = dict.fromkeys(FLOW_STATES, 0)
+        for s in states:
+            if len(s) > t:
+                counts[s[t]] += 1
+        columns.append({"round": t + 1, "counts": counts})
+    for t in range(depth - 1):
+        pairs = [(s[t], s[t + 1]) for s in states if len(s) > t + 1]
+        flows += [{"from": t + 1, "source": a, "target": b, "count": pairs.count((a, b))}
+                  for a in FLOW_STATES for b in FLOW_STATES if (a, b) in pairs]
+        ok = [(x == "correct", y == "correct") for x, y in pairs]
+        transitions.append({"from": t + 1, "to": t + 2, "correct_correct": ok.count((True, True)),
+                            "correct_wrong": ok.count((True, False)), "wrong_correct": ok.count((False, True)),
+                            "wrong_wrong": ok.count((False, False))})
+    return {"n": len(records), "rounds": depth, "states": list(FLOW_STATES), "columns": columns, "flows": flows,
+            "transitions": transitions}

@@ -6,7 +6,9 @@ shows metric curves (every numeric leaf of ``metrics.jsonl`` as a dotted series,
 are overlaid and get a table of final values), a transcript viewer over ``episodes.jsonl`` (step and task pickers;
 per turn the agent, role, collapsible prompt, response, parse status, reward and, for solver-like turns of
 math/MCQ/numeric tasks, the verifier's verdict computed here), the resolved config and ``run.json`` launches, and
-for eval directories the per-setup accuracy table and an item viewer.
+for eval directories the per-setup accuracy table and an item viewer. MAESTRO runs and evals also get a Sankey
+figure of how the questions' answers flow from round to round (correct → correct, correct → wrong, ...; MAESTRO
+Fig. 5), drawn from their round records.
 
 Data is embedded as JSON in ``<script type="application/json">`` blocks, one per run step and per eval
 combination, parsed only when shown: a 200-step run's page opens in seconds.

@@ -4,6 +4,8 @@ A run directory (``selfevo run``) holds ``config.yaml``, ``run.json`` (one recor
 (one JSON object per step) and ``episodes.jsonl`` (one JSON object per episode); an eval directory holds
 ``summary.json``, ``table.md`` and one ``<benchmark>-<setup>/`` folder per combination with ``results.json`` and
 ``items.jsonl`` (a single combination folder is accepted too). Problems are one-line :class:`ReportError`\\ s.
+MAESTRO runs and evals (episodes or items with round records) also get the flow of answers between rounds
+(:func:`selfevo.protocols.maestro.round_flows`), over all steps and per step for a run, per combination for an eval.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from selfevo.errors import SelfevoError
+from selfevo.protocols.maestro import round_flows
 from selfevo.tasks import get_task_spec
 from selfevo.types import Task
 from selfevo.verifiers import verifier_names, verify
@@ -25,6 +28,7 @@ SOLVER_LABELS = frozenset({"solver", "execution", "final", "answer", "solution"}
 NEW_TASK_LABELS = frozenset({"difficulty"})
 CHEAP_VERIFIERS = frozenset({"math", "mcq", "numeric"})  # code runs a sandboxed subprocess per turn: not cheap
 VERIFY_LIMIT = 2000  # default: at most this many turns are verified per report (~5 ms each; the rest say so)
+ROUND_KEYS = frozenset({"parsed", "chosen", "central_final", "chosen_correct", "covered"})  # what a flow reads
 
 
 class ReportError(SelfevoError, ValueError):
@@ -164,8 +168,33 @@ def load_run(path: Path, verify: bool = True, budget: list[int] | None = None,
         "kind": "run", "path": str(path), "recipe": recipe_of(config), "config": config,
         "launches": read_launches(path / "run.json"), "metrics": load_metrics(path / "metrics.jsonl"),
         "episodes": by_step, "n_episodes": len(episodes), "verify": stats,
-        "files": sorted(p.name for p in path.iterdir()),
+        "files": sorted(p.name for p in path.iterdir()), "flows": run_flows(by_step),
     }
+
+
+def round_records(value: Any) -> list[dict] | None:
+    """``value`` when it is one question's MAESTRO round records (a non-empty list of objects with the keys a flow
+    reads, :data:`ROUND_KEYS`), else None."""
+    if isinstance(value, list) and value and all(isinstance(r, dict) and ROUND_KEYS <= r.keys() for r in value):
+        return value
+    return None
+
+
+def flows_of(records: list[Any]) -> dict[str, Any] | None:
+    """:func:`round_flows` over the questions whose round records are well formed; None when none is."""
+    kept = [r for r in map(round_records, records) if r is not None]
+    return round_flows(kept) if kept else None
+
+
+def run_flows(by_step: dict[Any, list[dict]]) -> dict[str, Any] | None:
+    """A MAESTRO run's flows between rounds (episodes' ``rounds``): ``all`` steps together and per step
+    (``steps``: ``{"step", "flow"}``); None for a run whose episodes have no round records."""
+    every = flows_of([e.get("rounds") for episodes in by_step.values() for e in episodes])
+    if every is None:
+        return None
+    steps = [{"step": step, "flow": flows_of([e.get("rounds") for e in episodes])}
+             for step, episodes in by_step.items()]
+    return {"all": every, "steps": [s for s in steps if s["flow"] is not None]}
 
 
 def _verifier_name(task_id: str, domain: str) -> str | None:
@@ -245,8 +274,10 @@ def load_eval(path: Path) -> dict[str, Any]:
             raise ReportError(f"{folder / 'results.json'}: not a JSON object")
         items_path = folder / "items.jsonl"
         items = [clean(i) for i in read_jsonl(items_path, "items")] if items_path.is_file() else []
+        infos = [i.get("info") for i in items]
+        flows = flows_of([info.get("rounds") if isinstance(info, dict) else None for info in infos])
         combos.append({"name": folder.name if folder != path else path.name, "results": clean(results),
-                       "items": items})
+                       "items": items, "flows": flows})
     summary = read_json(path / "summary.json") if (path / "summary.json").is_file() else None
     if summary is not None and not isinstance(summary, list):
         raise ReportError(f"{path / 'summary.json'}: not a JSON list of results")

@@ -696,6 +696,110 @@
     renderEvalItems();
   }
 
+  // ---- tab: round flows (MAESTRO) ----------------------------------------------------------------------------------
+  var FLOW_LABELS = {correct: 'correct', missed: 'wrong, a correct candidate was on the slate',
+                     uncovered: 'wrong, no correct candidate on the slate', no_answer: 'no answer (the decision did not parse)'};
+  var FLOW_SHORT = {correct: 'correct', missed: 'missed', uncovered: 'not covered', no_answer: 'no answer'};
+  var FLOW_COLORS = {correct: '#1a7f37', missed: '#f3a712', uncovered: '#c62828', no_answer: '#98a2b3'};
+
+  function hasFlows() {
+    return RUNS.some(function (r) { return r.flows; }) ||
+      EVALS.some(function (s) { return s.combos.some(function (c) { return c.flows; }); });
+  }
+
+  function svgText(attrs, text) { var t = svg('text', attrs); t.textContent = text; return t; }
+
+  /* A Sankey figure of one round_flows record: per round a column of outcome boxes (height ∝ questions), per non-zero
+     flow between consecutive rounds a band (width ∝ questions) from its outcome in round t to that in round t + 1. */
+  function sankey(flow) {
+    var R = flow.rounds, nodeW = 16, colGap = 200, gap = 8, H = 260, M = {l: 30, t: 24, b: 6};
+    var W = Math.max(320, M.l + nodeW + (R - 1) * colGap + 90);
+    var totals = flow.columns.map(function (c) { return flow.states.reduce(function (a, s) { return a + c.counts[s]; }, 0); });
+    var boxes = Math.max.apply(null, flow.columns.map(function (c) { return flow.states.filter(function (s) { return c.counts[s]; }).length; }));
+    var scale = (H - M.t - M.b - gap * (boxes - 1)) / Math.max.apply(null, totals);
+    var X = function (t) { return M.l + (t - 1) * colGap; };
+    var s = svg('svg', {viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, role: 'img', class: 'sankey',
+                        'aria-label': 'answers from round to round',
+                        'data-rounds': R, 'data-bands': flow.flows.length});
+    var out = {}, into = {};  // per round and outcome: where the next band leaves / arrives
+    flow.columns.forEach(function (c) {
+      var x = X(c.round), y = M.t, last = c.round === R && R > 1;
+      s.appendChild(svgText({x: x + nodeW / 2, y: 12, 'text-anchor': 'middle', class: 'flow-head'}, 'round ' + c.round));
+      flow.states.forEach(function (state) {
+        var n = c.counts[state];
+        if (!n) return;
+        var h = n * scale;
+        out[c.round + state] = y; into[c.round + state] = y;
+        var box = svg('rect', {x: x, y: y, width: nodeW, height: Math.max(h, 1), fill: FLOW_COLORS[state], class: 'flow-node',
+                               'data-round': c.round, 'data-state': state, 'data-count': n});
+        box.appendChild(svgText({}, 'round ' + c.round + ': ' + FLOW_LABELS[state] + ' — ' + n + ' of ' + totals[c.round - 1]));
+        s.appendChild(box);
+        s.appendChild(svgText({x: last ? x - 4 : x + nodeW + 4, y: y + Math.min(h / 2, 40) + 4, 'text-anchor': last ? 'end' : 'start',
+                               class: 'flow-label'}, FLOW_SHORT[state] + ' ' + n));
+        y += h + gap;
+      });
+    });
+    flow.flows.forEach(function (f) {
+      var w = f.count * scale, x0 = X(f.from) + nodeW, x1 = X(f.from + 1), xm = (x0 + x1) / 2;
+      var y0 = out[f.from + f.source], y1 = into[(f.from + 1) + f.target];
+      out[f.from + f.source] += w; into[(f.from + 1) + f.target] += w;
+      var d = 'M' + x0 + ',' + y0 + 'C' + xm + ',' + y0 + ' ' + xm + ',' + y1 + ' ' + x1 + ',' + y1 + 'L' + x1 + ',' + (y1 + w) +
+              'C' + xm + ',' + (y1 + w) + ' ' + xm + ',' + (y0 + w) + ' ' + x0 + ',' + (y0 + w) + 'Z';
+      var band = svg('path', {d: d, fill: FLOW_COLORS[f.source], class: 'flow-band', 'data-from': f.from,
+                              'data-source': f.source, 'data-target': f.target, 'data-count': f.count});
+      band.appendChild(svgText({}, 'round ' + f.from + ' ' + FLOW_SHORT[f.source] + ' → round ' + (f.from + 1) + ' ' +
+                               FLOW_SHORT[f.target] + ': ' + f.count + ' questions'));
+      s.insertBefore(band, s.firstChild);  // under the boxes
+    });
+    return s;
+  }
+
+  function flowPanel(flow) {
+    var legend = el('div', {class: 'legend'}, flow.states.map(function (state) {
+      return el('span', {}, el('span', {class: 'swatch', style: 'background:' + FLOW_COLORS[state]}), FLOW_LABELS[state]);
+    }));
+    var counts = el('table', {class: 'flow-counts'},
+      el('tr', {}, el('th', {}, 'outcome'), flow.columns.map(function (c) { return el('th', {}, 'round ' + c.round); })),
+      flow.states.map(function (state) {
+        return el('tr', {}, el('td', {}, FLOW_LABELS[state]), flow.columns.map(function (c) { return el('td', {class: 'num'}, c.counts[state]); }));
+      }));
+    var moves = flow.transitions.length ? el('table', {class: 'flow-transitions'},
+      el('tr', {}, ['rounds', 'correct → correct', 'correct → wrong', 'wrong → correct', 'wrong → wrong'].map(function (h) { return el('th', {}, h); })),
+      flow.transitions.map(function (t) {
+        return el('tr', {}, el('td', {}, t.from + ' → ' + t.to), ['correct_correct', 'correct_wrong', 'wrong_correct', 'wrong_wrong'].map(function (k) {
+          return el('td', {class: 'num'}, t[k]); }));
+      })) : el('div', {class: 'muted'}, 'one round: no flows between rounds');
+    return el('div', {class: 'panel flow-panel'}, el('h3', {}, flow.n + ' questions, ' + flow.rounds + ' round' + (flow.rounds === 1 ? '' : 's')),
+      sankey(flow), legend, el('div', {class: 'flow-tables'}, counts, moves),
+      el('div', {class: 'muted'}, 'wrong: every outcome but correct (no answer included); hover a band or box for its count'));
+  }
+
+  function renderFlows(tab) {
+    append(tab, el('div', {class: 'muted'}, 'MAESTRO runs and evals: each question\'s outcome in every round (the central ' +
+      'decision correct; wrong although a correct candidate was on the slate; wrong with none; no answer) and how the ' +
+      'questions move between outcomes from round to round (MAESTRO Fig. 5). Box heights and band widths are proportional ' +
+      'to questions.'));
+    RUNS.forEach(function (run) {
+      if (!run.flows) return;
+      var holder = el('div', {class: 'flow-holder'});
+      function draw(i) {
+        holder.textContent = '';
+        append(holder, flowPanel(i < 0 ? run.flows.all : run.flows.steps[i].flow));
+      }
+      var steps = [{value: -1, label: 'all steps'}].concat(run.flows.steps.map(function (st, i) { return {value: i, label: 'step ' + st.step}; }));
+      append(tab, [el('h2', {}, run.name, el('span', {class: 'muted'}, '  run: training rounds')),
+        el('div', {class: 'controls'}, el('label', {}, 'step'), select(steps, -1, function (v) { draw(+v); }, {class: 'pick-flow-step'})),
+        holder]);
+      draw(-1);
+    });
+    EVALS.forEach(function (src) {
+      src.combos.forEach(function (c) {
+        if (!c.flows) return;
+        append(tab, [el('h2', {}, src.name + ': ' + c.name, el('span', {class: 'muted'}, '  eval')), flowPanel(c.flows)]);
+      });
+    });
+  }
+
   // ---- tab: config -----------------------------------------------------------------------------------------------
   function launchesTable(launches) {
     if (!launches.length) return el('div', {class: 'empty'}, 'no run.json');
@@ -738,6 +842,7 @@
     if (RUNS.length) tabs.push(['curves', 'Curves', renderCurves]);
     if (RUNS.length) tabs.push(['transcripts', 'Transcripts', function (tab) { transcriptTab = tab; renderTranscripts(); }]);
     if (EVALS.length) tabs.push(['eval', 'Eval', renderEval]);
+    if (hasFlows()) tabs.push(['flows', 'Round flows', renderFlows]);
     tabs.push(['config', 'Config & launches', renderConfig]);
     var nav = document.getElementById('tabs'), mainEl = document.getElementById('main');
     mainEl.textContent = '';

@@ -8,7 +8,7 @@ import pytest
 from helpers.maestro_engine import ScriptEngine, script
 from selfevo.interaction import Episode, Runner, Turn
 from selfevo.protocols.maestro import (STAGE2_STOP, MaestroProtocol, RoundsCfg, coverage_identification,
-                                       maestro_metrics, with_final)
+                                       maestro_metrics, round_flows, round_state, with_final)
 from selfevo.rewards import REWARD_SOURCES
 from selfevo.roles.base import Parsed
 from selfevo.roles.maestro import Central, Selection
@@ -268,3 +268,54 @@ def test_failed_selection_counts_as_a_wrong_pick():
     m = coverage_identification([[True, False], [True, True], [False, True]], [None, 0, None])
     assert m == {"coverage": 1.0, "identification": pytest.approx(1 / 3), "accuracy": pytest.approx(1 / 3)}
     assert coverage_identification([[True]], [None]) == {"coverage": 1.0, "identification": 0.0, "accuracy": 0.0}
+
+
+# ---- the flow of answers between rounds ----------------------------------------------------------------------
+def flow_rec(correct, chosen, parsed=True, final="x"):
+    """A round record as the protocol writes it (Central-Select; ``chosen=None, parsed=True``: Central-Gen)."""
+    hit = correct[chosen] if chosen is not None else final == "ok"
+    return {"correct": correct, "covered": any(correct), "chosen": chosen, "parsed": parsed,
+            "central_final": final if parsed else None, "chosen_correct": parsed and hit}
+
+
+def test_round_state_of_each_outcome():
+    assert round_state(flow_rec([False, True], 1)) == "correct"
+    assert round_state(flow_rec([False, True], 0)) == "missed"  # a correct candidate was there
+    assert round_state(flow_rec([False, False], 0)) == "uncovered"
+    assert round_state(flow_rec([True, True], None, parsed=False)) == "no_answer"  # a parse failure, even if covered
+    assert round_state(flow_rec([True], None, final="ok")) == "correct"  # Central-Gen: its own answer
+    assert round_state(flow_rec([True], None, final="no")) == "missed"
+    assert round_state(flow_rec([True], None, final=None)) == "no_answer"  # Central-Gen wrote no final answer
+
+
+def test_round_flows_on_hand_made_records():
+    C, M, U, F = (flow_rec([True, False], 0), flow_rec([True, False], 1), flow_rec([False, False], 0),
+                  flow_rec([True, False], None, parsed=False))
+    # five questions over three rounds: C C C | M C C | U M C | F C M | C M M
+    records = [[C, C, C], [M, C, C], [U, M, C], [F, C, M], [C, M, M]]
+    out = round_flows(records)
+    assert (out["n"], out["rounds"], out["states"]) == (5, 3, ["correct", "missed", "uncovered", "no_answer"])
+    assert [c["counts"] for c in out["columns"]] == [
+        {"correct": 2, "missed": 1, "uncovered": 1, "no_answer": 1},
+        {"correct": 3, "missed": 2, "uncovered": 0, "no_answer": 0},
+        {"correct": 3, "missed": 2, "uncovered": 0, "no_answer": 0}]
+    flows = {(f["from"], f["source"], f["target"]): f["count"] for f in out["flows"]}
+    assert flows == {(1, "correct", "correct"): 1, (1, "correct", "missed"): 1, (1, "missed", "correct"): 1,
+                     (1, "uncovered", "missed"): 1, (1, "no_answer", "correct"): 1,
+                     (2, "correct", "correct"): 2, (2, "correct", "missed"): 1, (2, "missed", "correct"): 1,
+                     (2, "missed", "missed"): 1}
+    assert [(f["from"], f["source"], f["target"]) for f in out["flows"]][:3] == [
+        (1, "correct", "correct"), (1, "correct", "missed"), (1, "missed", "correct")]  # source, then target order
+    # round 1 -> 2: C->C, M->C, U->M, F->C, C->M; round 2 -> 3: C->C, C->C, M->C, C->M, M->M
+    assert out["transitions"] == [
+        {"from": 1, "to": 2, "correct_correct": 1, "correct_wrong": 1, "wrong_correct": 2, "wrong_wrong": 1},
+        {"from": 2, "to": 3, "correct_correct": 2, "correct_wrong": 1, "wrong_correct": 1, "wrong_wrong": 1}]
+    assert sum(f["count"] for f in out["flows"] if f["from"] == 1) == 5
+
+
+def test_round_flows_of_one_round_and_of_nothing():
+    one = round_flows([[flow_rec([True], 0)], [flow_rec([False], 0)]])
+    assert one["columns"] == [{"round": 1, "counts": {"correct": 1, "missed": 0, "uncovered": 1, "no_answer": 0}}]
+    assert one["flows"] == [] and one["transitions"] == []
+    assert round_flows([]) == {"n": 0, "rounds": 0, "states": ["correct", "missed", "uncovered", "no_answer"],
+                               "columns": [], "flows": [], "transitions": []}

@@ -182,3 +182,107 @@ def test_report_of_real_run_and_eval_renders_in_headless_chromium(real_dirs, tmp
     shot = tmp_path / "report.png"
     _chromium(f"--user-data-dir={profile}", "--window-size=1400,1600", f"--screenshot={shot}", page.as_uri())
     assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+# ---- MAESTRO: the flow of answers between rounds (hand-written run and eval directories) -------------------------
+
+
+def _round(correct: list[bool], chosen: int | None) -> dict:
+    """A MAESTRO round record as the protocol writes it (``chosen`` None: the selection did not parse)."""
+    return {"round": 1, "order": list(range(len(correct))), "chosen": chosen, "shown": chosen, "output": chosen or 0,
+            "parsed": chosen is not None, "select_parse_failure": chosen is None, "central_final": None,
+            "correct": correct, "covered": any(correct), "chosen_correct": chosen is not None and correct[chosen],
+            "output_correct": correct[chosen or 0], "explored": 0, "broadcast": "b"}
+
+
+# outcomes per question over 3 rounds: correct, missed (a correct candidate was there), uncovered, no answer
+OUTCOME = {"C": ([True, False], 0), "M": ([True, False], 1), "U": ([False, False], 0), "F": ([True, False], None)}
+QUESTIONS = ["CCC", "MCC", "UMC", "FCM", "CMM"]  # round 1 -> 2: 5 distinct flows; round 2 -> 3: 4 distinct flows
+
+
+def _maestro_dirs(tmp_path: Path) -> tuple[Path, Path]:
+    """A MAESTRO run (2 steps: all five questions at step 0, the first two at step 1) and a maestro_select eval."""
+    records = [[_round(*OUTCOME[o]) for o in q] for q in QUESTIONS]
+    episodes = [{"step": step, "task_id": f"arith/test/{i}", "domain": "math", "question": "1+1?", "reference": "2",
+                 "turns": [_turn("execution", "2")], "rounds": records[i], "final": "2"}
+                for step, count in ((0, 5), (1, 2)) for i in range(count)]
+    run = _write_run(tmp_path / "maestro_run", [{"step": 0, "coverage": 0.8}, {"step": 1, "coverage": 1.0}], episodes)
+    (run / "config.yaml").write_text("recipe: maestro\nseed: 0\n")
+    combo = tmp_path / "maestro_eval" / "arith-maestro_select"
+    combo.mkdir(parents=True)
+    (combo / "results.json").write_text(json.dumps({"benchmark": "arith", "setup": "maestro_select", "n": 5,
+                                                    "accuracy": 0.6}))
+    (combo / "items.jsonl").write_text("".join(json.dumps(
+        {"id": f"arith/test/{i}", "prompt": "1+1?", "reference": "2", "responses": [], "final_response": "2",
+         "correct": q[-1] == "C", "info": {"rounds": records[i]}}) + "\n" for i, q in enumerate(QUESTIONS)))
+    return run, combo.parent
+
+
+def _report_data(page: str) -> dict:
+    return json.loads(page.split('id="report-data">', 1)[1].split("</script>", 1)[0])
+
+
+def test_maestro_run_and_eval_carry_their_round_flows(tmp_path):
+    run, evaluation = _maestro_dirs(tmp_path)
+    data = _report_data(build_report([run, evaluation], verify=False))
+    flows = data["sources"][0]["flows"]
+    assert flows["all"]["n"] == 7 and [s["step"] for s in flows["steps"]] == [0, 1]
+    assert flows["steps"][1]["flow"]["columns"][0]["counts"] == {"correct": 1, "missed": 1, "uncovered": 0,
+                                                                   "no_answer": 0}
+    eval_flows = data["sources"][1]["combos"][0]["flows"]
+    assert (eval_flows["n"], eval_flows["rounds"], len(eval_flows["flows"])) == (5, 3, 9)
+    assert eval_flows["transitions"][0] == {"from": 1, "to": 2, "correct_correct": 1, "correct_wrong": 1,
+                                            "wrong_correct": 2, "wrong_wrong": 1}
+    plain = _write_run(tmp_path / "comas", [{"step": 0}], [{"step": 0, "task_id": "t", "turns": []}])
+    assert _report_data(build_report([plain], verify=False))["sources"][0]["flows"] is None
+
+
+class _Sankey(HTMLParser):
+    """Per ``svg.sankey``: its attributes and the attributes of its bands (``path.flow-band``) and boxes."""
+
+    def __init__(self):
+        super().__init__()
+        self.figures: list[dict] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        classes = (attrs.get("class") or "").split()
+        if tag == "svg" and "sankey" in classes:
+            self.figures.append({"svg": attrs, "bands": [], "boxes": []})
+        elif "flow-band" in classes:
+            self.figures[-1]["bands"].append(attrs)
+        elif "flow-node" in classes:
+            self.figures[-1]["boxes"].append(attrs)
+
+
+@pytest.mark.slow
+def test_maestro_report_draws_the_flow_figure_in_headless_chromium(tmp_path):
+    run, evaluation = _maestro_dirs(tmp_path)
+    page = tmp_path / "report.html"
+    assert cli.main(["report", str(run), str(evaluation), "--output", str(page), "--no-verify"]) == 0
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium): the page was built but not rendered")
+    profile = tmp_path / "chromium-profile"
+    dom = _chromium(f"--user-data-dir={profile}", "--dump-dom", page.as_uri() + "#flows").stdout
+    (tmp_path / "dom.html").write_text(dom)
+    ids = _Collect("flow-panel")
+    ids.feed(dom)
+    assert "report-error" not in ids.ids, dom.split('id="report-error"', 1)[1][:500]
+    assert ids.body.get("data-report-ready") == "1" and "tab-flows" in ids.ids
+    figures = _Sankey()
+    figures.feed(dom)
+    run_all, evaluated = figures.figures  # the run (all steps, shown first), then the eval's combination
+    for figure in (run_all, evaluated):
+        assert figure["svg"]["data-rounds"] == "3" and int(figure["svg"]["data-bands"]) == len(figure["bands"])
+    # the eval: 5 distinct flows from round 1 to 2, 4 from round 2 to 3 (QUESTIONS); boxes: 4 + 2 + 2 outcomes
+    assert [b["data-from"] for b in evaluated["bands"]].count("1") == 5 and len(evaluated["bands"]) == 9
+    assert sum(int(b["data-count"]) for b in evaluated["bands"]) == 10  # 5 questions × 2 transitions
+    assert [(b["data-round"], b["data-state"], b["data-count"]) for b in evaluated["boxes"]] == [
+        ("1", "correct", "2"), ("1", "missed", "1"), ("1", "uncovered", "1"), ("1", "no_answer", "1"),
+        ("2", "correct", "3"), ("2", "missed", "2"), ("3", "correct", "3"), ("3", "missed", "2")]
+    bands = {(b["data-from"], b["data-source"], b["data-target"]): b["data-count"] for b in evaluated["bands"]}
+    assert bands[("1", "no_answer", "correct")] == "1" and bands[("2", "correct", "correct")] == "2"
+    assert sum(int(b["data-count"]) for b in run_all["bands"]) == 14  # 7 episodes (both steps) × 2 transitions
+    shot = tmp_path / "flows.png"
+    _chromium(f"--user-data-dir={profile}", "--window-size=1200,1000", f"--screenshot={shot}", page.as_uri() + "#flows")
+    assert shot.is_file() and shot.stat().st_size > 10_000
