@@ -715,7 +715,8 @@
     var R = flow.rounds, nodeW = 16, colGap = 200, gap = 8, H = 260, M = {l: 30, t: 24, b: 6};
     var W = Math.max(320, M.l + nodeW + (R - 1) * colGap + 90);
     var totals = flow.columns.map(function (c) { return flow.states.reduce(function (a, s) { return a + c.counts[s]; }, 0); });
-    var boxes = Math.max.apply(null, flow.columns.map(function (c) { return flow.states.filter(function (s) { return c.counts[s]; }).length; }));
+    var boxes = Math.max.apply(null, flow.columns.map(function (c) {
+      return flow.states.filter(function (s) { return c.counts[s]; }).length; }));
     var scale = (H - M.t - M.b - gap * (boxes - 1)) / Math.max.apply(null, totals);
     var X = function (t) { return M.l + (t - 1) * colGap; };
     var s = svg('svg', {viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, role: 'img', class: 'sankey',
@@ -761,15 +762,17 @@
     var counts = el('table', {class: 'flow-counts'},
       el('tr', {}, el('th', {}, 'outcome'), flow.columns.map(function (c) { return el('th', {}, 'round ' + c.round); })),
       flow.states.map(function (state) {
-        return el('tr', {}, el('td', {}, FLOW_LABELS[state]), flow.columns.map(function (c) { return el('td', {class: 'num'}, c.counts[state]); }));
+        return el('tr', {}, el('td', {}, FLOW_LABELS[state]),
+          flow.columns.map(function (c) { return el('td', {class: 'num'}, c.counts[state]); }));
       }));
+    var keys = ['correct_correct', 'correct_wrong', 'wrong_correct', 'wrong_wrong'];
     var moves = flow.transitions.length ? el('table', {class: 'flow-transitions'},
-      el('tr', {}, ['rounds', 'correct → correct', 'correct → wrong', 'wrong → correct', 'wrong → wrong'].map(function (h) { return el('th', {}, h); })),
+      el('tr', {}, el('th', {}, 'rounds'), keys.map(function (k) { return el('th', {}, k.replace('_', ' → ')); })),
       flow.transitions.map(function (t) {
-        return el('tr', {}, el('td', {}, t.from + ' → ' + t.to), ['correct_correct', 'correct_wrong', 'wrong_correct', 'wrong_wrong'].map(function (k) {
-          return el('td', {class: 'num'}, t[k]); }));
+        return el('tr', {}, el('td', {}, t.from + ' → ' + t.to), keys.map(function (k) { return el('td', {class: 'num'}, t[k]); }));
       })) : el('div', {class: 'muted'}, 'one round: no flows between rounds');
-    return el('div', {class: 'panel flow-panel'}, el('h3', {}, flow.n + ' questions, ' + flow.rounds + ' round' + (flow.rounds === 1 ? '' : 's')),
+    var title = flow.n + ' questions, ' + flow.rounds + ' round' + (flow.rounds === 1 ? '' : 's');
+    return el('div', {class: 'panel flow-panel'}, el('h3', {}, title),
       sankey(flow), legend, el('div', {class: 'flow-tables'}, counts, moves),
       el('div', {class: 'muted'}, 'wrong: every outcome but correct (no answer included); hover a band or box for its count'));
   }
@@ -786,7 +789,8 @@
         holder.textContent = '';
         append(holder, flowPanel(i < 0 ? run.flows.all : run.flows.steps[i].flow));
       }
-      var steps = [{value: -1, label: 'all steps'}].concat(run.flows.steps.map(function (st, i) { return {value: i, label: 'step ' + st.step}; }));
+      var steps = [{value: -1, label: 'all steps'}].concat(run.flows.steps.map(function (st, i) {
+        return {value: i, label: 'step ' + st.step}; }));
       append(tab, [el('h2', {}, run.name, el('span', {class: 'muted'}, '  run: training rounds')),
         el('div', {class: 'controls'}, el('label', {}, 'step'), select(steps, -1, function (v) { draw(+v); }, {class: 'pick-flow-step'})),
         holder]);
