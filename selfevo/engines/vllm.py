@@ -40,16 +40,36 @@ def cpu_defaults() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
 
+def engine_args(section, dtype: str, max_lora_rank: int, seed: int = 0, cuda: bool | None = None) -> dict:
+    """``vllm.LLM`` keyword arguments of an ``engine`` section (:class:`~selfevo.config.EngineCfg`): multi-LoRA
+    serving as vLLM documents it (``enable_lora``, ``max_loras`` adapters per batch, ``max_lora_rank`` the smallest
+    accepted rank that fits, ``max_cpu_loras`` = 2 × max_loras kept in host memory for quick swaps), prefix caching,
+    eager or CUDA-graph execution; on a GPU (``cuda``, default: whether CUDA is available) the share of its memory
+    vLLM may take (the trainer shares the GPU)."""
+    if cuda is None:
+        import torch
+        cuda = torch.cuda.is_available()
+    args = dict(dtype=dtype, enable_lora=True, max_loras=section.max_loras, max_lora_rank=max_lora_rank,
+                max_cpu_loras=2 * section.max_loras, max_model_len=section.max_model_len,
+                enable_prefix_caching=section.prefix_caching, enforce_eager=section.enforce_eager, seed=seed)
+    if cuda:
+        args["gpu_memory_utilization"] = section.gpu_memory_utilization
+    return args
+
+
 @ENGINES.register("vllm")
 class VLLMEngine:
-    def __init__(self, store, workdir: str | None = None, dtype: str = "bfloat16", max_loras: int = 8,
-                 max_lora_rank: int = 16, max_model_len: int = 4096, enforce_eager: bool = True, seed: int = 0):
+    def __init__(self, store, workdir: str | None = None, settings: dict | None = None):
+        """``settings``: the ``vllm.LLM`` keyword arguments (:func:`engine_args`; default: an ``engine`` section's
+        defaults for the store's LoRA rank)."""
         require_vllm()
         cpu_defaults()
         self.store = store
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="selfevo-vllm-"))
-        self.settings = dict(dtype=dtype, enable_lora=True, max_loras=max_loras, max_lora_rank=max_lora_rank,
-                             max_model_len=max_model_len, enforce_eager=enforce_eager, seed=seed)
+        if settings is None:
+            from selfevo.config import EngineCfg
+            settings = engine_args(EngineCfg(), "bfloat16", vllm_lora_rank(store))
+        self.settings = settings
         self.llms: dict = {}
         self.served: dict[str, tuple[int, object]] = {}  # agent -> (store version, LoRARequest)
         self.zero: dict[str, object] = {}  # backbone -> all-zero LoRARequest
@@ -57,9 +77,9 @@ class VLLMEngine:
 
     @classmethod
     def from_config(cls, section, store, dtype: str, workdir: str | None = None) -> "VLLMEngine":
-        """``engine.name=vllm``: ``engine.max_loras``, ``engine.max_model_len``; the LoRA rank from the store."""
-        return cls(store, workdir=workdir, dtype=dtype, max_loras=section.max_loras,
-                   max_lora_rank=vllm_lora_rank(store), max_model_len=section.max_model_len)
+        """``engine.name=vllm``: the ``vllm.LLM`` arguments of the section (:func:`engine_args`); the LoRA rank from
+        the store."""
+        return cls(store, workdir=workdir, settings=engine_args(section, dtype, vllm_lora_rank(store)))
 
     def _llm(self, backbone: str):
         if backbone not in self.llms:

@@ -247,6 +247,20 @@ def _die_with_parent():
     return run
 
 
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def _optional_flags(s: dict) -> list[str]:
+    """Server flags for prefix caching, eager execution and the GPU memory share (given only on a GPU)."""
+    flags = ["--enable-prefix-caching" if s.get("prefix_caching", True) else "--no-enable-prefix-caching"]
+    flags += ["--enforce-eager"] if s.get("enforce_eager", True) else []
+    if s.get("gpu_memory_utilization") is not None:
+        flags += ["--gpu-memory-utilization", str(s["gpu_memory_utilization"])]
+    return flags
+
+
 @ENGINES.register("vllm_server")
 class VLLMServerEngine:
     """Generation through vLLM OpenAI-compatible servers; see the module docstring."""
@@ -255,7 +269,8 @@ class VLLMServerEngine:
                  max_lora_rank: int = 16, max_model_len: int = 4096, replicas: int = 1,
                  startup_timeout: float = 600.0, request_timeout: float = 600.0, server_args: str = "",
                  seed: int = 0, max_inflight: int = 64, launcher: str | Sequence[str] = API_SERVER,
-                 restarts: int = 2):
+                 restarts: int = 2, prefix_caching: bool = True, enforce_eager: bool = True,
+                 gpu_memory_utilization: float | None = None):
         self.store = store
         self.own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="selfevo-vllm-server-")).resolve()
@@ -277,7 +292,8 @@ class VLLMServerEngine:
             self._attach(urls)
         else:
             settings = dict(dtype=dtype, max_loras=max_loras, max_lora_rank=max_lora_rank,
-                            max_model_len=max_model_len, seed=seed)
+                            max_model_len=max_model_len, seed=seed, prefix_caching=prefix_caching,
+                            enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization)
             self._start(replicas, settings, server_args, launcher)
 
     @classmethod
@@ -288,7 +304,9 @@ class VLLMServerEngine:
         return cls(store, url=section.url, workdir=workdir, dtype=dtype, max_loras=section.max_loras,
                    max_lora_rank=vllm_lora_rank(store), max_model_len=section.max_model_len, replicas=section.replicas,
                    startup_timeout=section.startup_timeout, request_timeout=section.request_timeout,
-                   server_args=section.server_args, launcher=section.launcher, restarts=section.restarts)
+                   server_args=section.server_args, launcher=section.launcher, restarts=section.restarts,
+                   prefix_caching=section.prefix_caching, enforce_eager=section.enforce_eager,
+                   gpu_memory_utilization=section.gpu_memory_utilization if _cuda() else None)
 
     def __enter__(self) -> "VLLMServerEngine":
         return self
@@ -375,7 +393,7 @@ class VLLMServerEngine:
                 "--host", "127.0.0.1", "--port", str(port), "--enable-lora", "--max-loras", str(s["max_loras"]),
                 "--max-lora-rank", str(s["max_lora_rank"]), "--max-cpu-loras", str(2 * s["max_loras"]),
                 "--dtype", s["dtype"], "--max-model-len", str(s["max_model_len"]), "--seed", str(s["seed"]),
-                "--disable-log-stats", "--disable-uvicorn-access-log", *self._launch["extra"]]
+                "--disable-log-stats", "--disable-uvicorn-access-log", *_optional_flags(s), *self._launch["extra"]]
 
     def _spawn(self, server: _Server, restart: bool = False) -> None:
         """Start ``server``'s process in its own process group on a free loopback port, its output into its log

@@ -60,3 +60,32 @@ def test_maestro_paper_preset_runs_one_step(tmp_path):
     central = m["train"]["central"]
     # global batch 32 slates (288 rows): 96 slates per step -> 3 optimizer steps, one pass
     assert central["slates"] == 96 and central["optimizer_steps"] == 3
+
+
+@pytest.mark.parametrize("recipe,loras,rank,model_len,memory", [
+    ("comas", 4, 64, 32768, 0.3), ("sage", 8, 128, 16384, 0.3), ("maestro", 2, 16, 8192, 0.35)])
+def test_gpu_presets_give_vllm_the_documented_lora_serving_arguments(recipe, loras, rank, model_len, memory):
+    """What each paper (GPU) preset hands ``vllm.LLM`` on a GPU, checked without one: multi-LoRA with the smallest
+    accepted rank that fits the preset's adapters, host-side adapter slots, prefix caching, CUDA graphs, and the
+    share of GPU memory left to vLLM (the trainer shares the GPU)."""
+    from selfevo.algorithms import RECIPES
+    from selfevo.config import load_config
+    from selfevo.engines.base import VLLM_LORA_RANKS
+    from selfevo.engines.vllm import engine_args
+
+    cfg = load_config(RECIPES.get(recipe).load().Config, recipe, "paper", [])
+    assert cfg.engine.name == "vllm" and cfg.model.lora.r == rank and rank in VLLM_LORA_RANKS
+    args = engine_args(cfg.engine, cfg.model.dtype, max_lora_rank=cfg.model.lora.r, seed=cfg.seed, cuda=True)
+    assert args == {"dtype": "bfloat16", "enable_lora": True, "max_loras": loras, "max_lora_rank": rank,
+                    "max_cpu_loras": 2 * loras, "max_model_len": model_len, "enable_prefix_caching": True,
+                    "enforce_eager": False, "seed": cfg.seed, "gpu_memory_utilization": memory}
+    assert "gpu_memory_utilization" not in engine_args(cfg.engine, cfg.model.dtype, rank, cuda=False)  # CPU
+
+
+def test_server_flags_follow_the_engine_section():
+    from selfevo.engines.vllm_server import _optional_flags
+
+    assert _optional_flags({"prefix_caching": True, "enforce_eager": False, "gpu_memory_utilization": 0.3}) == [
+        "--enable-prefix-caching", "--gpu-memory-utilization", "0.3"]
+    assert _optional_flags({"prefix_caching": False, "enforce_eager": True, "gpu_memory_utilization": None}) == [
+        "--no-enable-prefix-caching", "--enforce-eager"]
