@@ -60,3 +60,13 @@ def test_maestro_paper_preset_runs_one_step(tmp_path):
     central = m["train"]["central"]
     # global batch 32 slates (288 rows): 96 slates per step -> 3 optimizer steps, one pass
     assert central["slates"] == 96 and central["optimizer_steps"] == 3
+
+
+@pytest.mark.slow
+def test_azr_paper_preset_runs_one_step(tmp_path):
+    m, episodes = _run("azr", tmp_path / "run")
+    # Table 3: B = 64 proposals and 64 solves per kind (three kinds); a random model writes no valid task, so the
+    # solve tasks are drawn from the buffers (the identity triplet) and the proposals are all format errors
+    assert m["step"] == 0 and len(episodes) == 2 * 3 * 64
+    assert m["validity"] == {"format": 3 * 64} and list(m["train"]) == ["azr"]
+    assert m["train"]["azr"]["optimizer_steps"] == -(-m["train"]["azr"]["rows"] // 128)
