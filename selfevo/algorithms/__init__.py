@@ -27,6 +27,8 @@ for _r in (
                                               "Task-Relative REINFORCE++"),
     Recipe("maestro", "selfevo.algorithms.maestro", "MAESTRO: N×K candidates, a trained central selector, broadcast; "
                                                     "CLPO (or GRPO / SFT / prompt only)"),
+    Recipe("azr", "selfevo.algorithms.azr", "AZR: one model proposes and solves deduction / abduction / induction "
+                                            "code tasks, validated by execution; Task-Relative REINFORCE++"),
     Recipe("grpo", "selfevo.algorithms.grpo", "GRPO: one agent, the evaluation's prompt, verifier reward (the plain "
                                               "RL baseline)"),
 ):

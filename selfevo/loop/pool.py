@@ -1,4 +1,5 @@
-"""A growing, verified question pool: training state of self-curriculum methods (SAGE).
+"""A growing, verified question pool: training state of self-curriculum methods (SAGE); and :class:`ItemBuffers`,
+per-kind buffers of JSON items (AZR's triplet buffers).
 
 One item per JSONL line: ``id``, ``domain``, ``question``, ``origin`` ("seed" or "step k"), ``difficulty`` (the
 Solver's failure rate when the item was admitted; None for seed items), ``verifier``, and the item's verifier data —
@@ -104,3 +105,52 @@ class QuestionPool:
         if len(pool._ids) != len(items):
             raise TaskDataError(f"{where}: duplicate item ids")
         return pool
+
+
+@dataclass
+class ItemBuffers:
+    """Per-kind buffers of JSON items (dicts with an ``id``), de-duplicated on the id, sampled uniformly, saved as
+    one JSON object (``{kind: [items]}``) with the checkpoint (``files={"buffers.json": buffers.to_json()}``)."""
+
+    items: dict[str, list[dict]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._ids = {k: {it["id"] for it in v} for k, v in self.items.items()}
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.items.values())
+
+    def sizes(self) -> dict[str, int]:
+        return {k: len(v) for k, v in self.items.items()}
+
+    def add(self, kind: str, item: dict) -> bool:
+        """Add ``item`` to the ``kind`` buffer unless an item with its id is there; says whether it was added."""
+        ids = self._ids.setdefault(kind, set())
+        if item["id"] in ids:
+            return False
+        self.items.setdefault(kind, []).append(item)
+        ids.add(item["id"])
+        return True
+
+    def sample(self, rng: random.Random, kinds: tuple[str, ...] | str, n: int) -> list[dict]:
+        """``n`` items drawn uniformly from the union of the ``kinds`` buffers (without replacement while they hold
+        enough, then with); none when they are empty."""
+        pool = [it for k in ((kinds,) if isinstance(kinds, str) else kinds) for it in self.items.get(k, [])]
+        if not pool or n <= 0:
+            return []
+        return rng.sample(pool, n) if n <= len(pool) else [rng.choice(pool) for _ in range(n)]
+
+    def to_json(self) -> str:
+        return json.dumps(self.items)
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "buffers.json") -> "ItemBuffers":
+        """Read buffers back; anything but ``{kind: [items with an id]}`` is a one-line :class:`TaskDataError`."""
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TaskDataError(f"{where}: not JSON ({exc})") from None
+        if not isinstance(items, dict) or not all(isinstance(v, list) and all(isinstance(it, dict) and "id" in it
+                                                                              for it in v) for v in items.values()):
+            raise TaskDataError(f"{where}: expected {{kind: [items with an id]}}")
+        return cls(items)

@@ -2,7 +2,7 @@
 callables from episodes to per-turn rewards, registered and composable (:mod:`~selfevo.rewards.sources`)."""
 from selfevo.rewards.formulas import *  # noqa: F401,F403
 from selfevo.rewards.formulas import __all__ as _formulas
-from selfevo.rewards import sage  # noqa: F401,E402  (registers SAGE's sources)
+from selfevo.rewards import azr, sage  # noqa: F401,E402  (registers the AZR and SAGE sources)
 from selfevo.rewards.sources import (REWARD_SOURCES, RewardResult, RewardSource, assign, build_sources, gated,
                                      labelled, weighted_sum)
 

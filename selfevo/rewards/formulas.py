@@ -5,6 +5,8 @@
   Sec. 4.3.1: the w/o-scoring ablation's support ratio and verdict agreement.
 * SAGE (arXiv 2603.15255, ``/work/shared/papers/003_*``) Sec. 4 and Algorithm 1: Eq. 2 (Norm), Eq. 4-6
   (Challenger), Eq. 7-8 (Planner), Eq. 9-11 (Solver), Eq. 13 (Critic).
+* AZR (Absolute Zero, arXiv 2505.03335) Sec. 3.1-3.3: Eq. 4 (learnability of a proposed task), Eq. 5 (solve
+  reward), Eq. 6 (format-aware penalty).
 
 Discrepancies found in the SAGE paper and how they are resolved here:
 
@@ -35,6 +37,7 @@ __all__ = [
     "sage_norm", "soft_format_reward", "sage_difficulty", "sage_challenger_reward", "sage_plan_gate",
     "sage_planner_reward", "sage_solver_reward", "sage_critic_reward",
     "rationale_attributes", "maestro_reward",
+    "azr_solve_rate", "azr_propose_reward", "azr_reward",
 ]
 
 # --------------------------------------------------------------------------------------------------------------
@@ -211,3 +214,31 @@ def maestro_reward(correct: float, rationale: float, weight: float = 0.0) -> flo
     """MAESTRO Eq. 5's unified reward: ``(1 - weight) * correct + weight * rationale`` (``weight`` 0: correctness
     of the endorsed candidate alone, selfevo's default)."""
     return (1.0 - weight) * correct + weight * rationale
+
+
+# --------------------------------------------------------------------------------------------------------------
+# AZR
+# --------------------------------------------------------------------------------------------------------------
+
+def azr_solve_rate(solved: Iterable[bool | float]) -> float:
+    """AZR's r̄_solve: the mean solve reward (Eq. 5, 1 or 0) of the n Monte-Carlo solver rollouts of a task."""
+    v = [float(x) for x in solved]
+    if not v:
+        raise ValueError("azr_solve_rate needs at least one solver rollout (n >= 1)")
+    return sum(v) / len(v)
+
+
+def azr_propose_reward(solve_rate: float) -> float:
+    """AZR Eq. 4, the learnability of a proposed task: ``1 - r̄_solve``, but 0 when the task is always solved or
+    never (``r̄_solve`` 0 or 1: nothing to learn from it)."""
+    if not 0.0 <= solve_rate <= 1.0:
+        raise ValueError(f"a solve rate lies in [0, 1], got {solve_rate!r}")
+    return 0.0 if solve_rate in (0.0, 1.0) else 1.0 - solve_rate
+
+
+def azr_reward(r_role: float, formatted: bool, passable: bool) -> float:
+    """AZR Eq. 6, the format-aware penalty: ``r_role`` (r_propose or r_solve) for a passable answer (a valid task; a
+    correct solution), -0.5 for one that is well formatted but not passable, -1 for a formatting error."""
+    if passable:
+        return float(r_role)
+    return -0.5 if formatted else -1.0

@@ -5,7 +5,8 @@ a typed :class:`Context`, and may parse using it. ``ROLES.get("comas.scorer")()`
 :func:`~selfevo.roles.comas.comas_roles` builds the roles of a CoMAS variant. Registered: ``comas.solver``,
 ``comas.evaluator``, ``comas.scorer``, ``comas.judge`` (ablation w/o evaluation), ``comas.verdict_evaluator``
 (ablation w/o scoring), and the minimal ``generic.solver``, ``generic.challenger``, ``generic.planner``,
-``generic.critic``, ``generic.selector``, SAGE's ``sage.challenger``, ``sage.planner``, ``sage.solver``,
+``generic.critic``, ``generic.selector``, AZR's ``azr.proposer``, ``azr.solver`` (:mod:`selfevo.roles.azr`), SAGE's
+``sage.challenger``, ``sage.planner``, ``sage.solver``,
 ``sage.critic`` (:mod:`selfevo.roles.sage`), and MAESTRO's ``maestro.executor``, ``maestro.central``,
 ``maestro.central_gen`` (:mod:`selfevo.roles.maestro`).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from selfevo.roles import generic  # noqa: F401  (registers the generic roles)
-from selfevo.roles import maestro, sage  # noqa: F401  (registers the MAESTRO and SAGE roles)
+from selfevo.roles import azr, maestro, sage  # noqa: F401  (registers the AZR, MAESTRO and SAGE roles)
 from selfevo.roles.base import (
     EMPTY_DISCUSSION, ROLE_KINDS, ROLES, Context, HistoryItem, Parsed, Role, RoleError, group_rounds, last_rounds,
     load_template, register_role, render_discussion, strip_special_tokens,

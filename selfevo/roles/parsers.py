@@ -1,4 +1,5 @@
-"""Parsers of tagged model output shared by roles: the CoMAS score (Eq. 6) and the last ``<tag>...</tag>``."""
+"""Parsers of tagged model output shared by roles: the CoMAS score (Eq. 6), the last ``<tag>...</tag>`` and fenced
+blocks (```` ```name ... ``` ````)."""
 from __future__ import annotations
 
 import re
@@ -37,3 +38,14 @@ def last_tag(text: str | None, tag: str) -> str | None:
     closer, as :func:`parse_score`), or None when there is no closed tag."""
     bodies = _tag_re(tag).findall(text or "")
     return bodies[-1].strip() if bodies else None
+
+
+@lru_cache(maxsize=64)
+def _fence_re(name: str) -> re.Pattern[str]:
+    return re.compile(rf"```{re.escape(name)}[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def fenced_blocks(text: str | None, name: str) -> list[str]:
+    """The bodies of every closed ```` ```name ```` block in ``text``, in order, without their final newline
+    (```` ```python ```` does not match ``name="py"``; a block must start on the fence's line and end at ```` ``` ````)."""
+    return [b[:-1] if b.endswith("\n") else b for b in _fence_re(name).findall(text or "")]

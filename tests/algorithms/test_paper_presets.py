@@ -63,7 +63,8 @@ def test_maestro_paper_preset_runs_one_step(tmp_path):
 
 
 @pytest.mark.parametrize("recipe,loras,rank,model_len,memory", [
-    ("comas", 4, 64, 32768, 0.3), ("sage", 8, 128, 16384, 0.3), ("maestro", 2, 16, 8192, 0.35)])
+    ("comas", 4, 64, 32768, 0.3), ("sage", 8, 128, 16384, 0.3), ("maestro", 2, 16, 8192, 0.35),
+    ("azr", 8, 128, 14240, 0.3)])
 def test_gpu_presets_give_vllm_the_documented_lora_serving_arguments(recipe, loras, rank, model_len, memory):
     """What each paper (GPU) preset hands ``vllm.LLM`` on a GPU, checked without one: multi-LoRA with the smallest
     accepted rank that fits the preset's adapters, host-side adapter slots, prefix caching, CUDA graphs, and the
@@ -89,3 +90,13 @@ def test_server_flags_follow_the_engine_section():
         "--enable-prefix-caching", "--gpu-memory-utilization", "0.3"]
     assert _optional_flags({"prefix_caching": False, "enforce_eager": True, "gpu_memory_utilization": None}) == [
         "--no-enable-prefix-caching", "--enforce-eager"]
+
+
+@pytest.mark.slow
+def test_azr_paper_preset_runs_one_step(tmp_path):
+    m, episodes = _run("azr", tmp_path / "run")
+    # Table 3: B = 64 proposals and 64 solves per kind (three kinds); a random model writes no valid task, so the
+    # solve tasks are drawn from the buffers (the identity triplet) and the proposals are all format errors
+    assert m["step"] == 0 and len(episodes) == 2 * 3 * 64
+    assert m["validity"] == {"format": 3 * 64} and list(m["train"]) == ["azr"]
+    assert m["train"]["azr"]["optimizer_steps"] == -(-m["train"]["azr"]["rows"] // 128)

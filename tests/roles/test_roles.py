@@ -298,7 +298,10 @@ def test_comas_roles_variants():
 
 
 # ================================================================ the Role contract over every registered role
-TASK = Task("t", "math", "What is 1+1?", "2")
+_TRIPLET = {"id": "s", "program": "def f(x):\n    return x", "input": "2", "output": "2"}
+# one task every role renders: AZR's roles read what they show from meta["azr"] (a deduction task: propose and solve)
+TASK = Task("t", "math", "What is 1+1?", "2", meta={"azr": {"kind": "deduction", "references": [_TRIPLET],
+                                                             "n_inputs": 2, "triplet": _TRIPLET}})
 ROLE_NAMES = ROLES.names()
 
 # a plausible value for every context key
