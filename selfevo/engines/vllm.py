@@ -59,16 +59,12 @@ def engine_args(section, dtype: str, max_lora_rank: int, seed: int = 0, cuda: bo
 
 @ENGINES.register("vllm")
 class VLLMEngine:
-    def __init__(self, store, workdir: str | None = None, settings: dict | None = None):
-        """``settings``: the ``vllm.LLM`` keyword arguments (:func:`engine_args`; default: an ``engine`` section's
-        defaults for the store's LoRA rank)."""
+    def __init__(self, store, settings: dict, workdir: str | None = None):
+        """``settings``: the ``vllm.LLM`` keyword arguments (:func:`engine_args` of an ``engine`` section)."""
         require_vllm()
         cpu_defaults()
         self.store = store
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="selfevo-vllm-"))
-        if settings is None:
-            from selfevo.config import EngineCfg
-            settings = engine_args(EngineCfg(), "bfloat16", vllm_lora_rank(store))
         self.settings = settings
         self.llms: dict = {}
         self.served: dict[str, tuple[int, object]] = {}  # agent -> (store version, LoRARequest)

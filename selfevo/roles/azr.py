@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from selfevo.roles.base import Context, Parsed, Role, RoleError, chat, fill, load_template, register_role
-from selfevo.roles.parsers import fenced_blocks
+from selfevo.verifiers.azr import ANSWER_BLOCK
+from selfevo.verifiers.base import fenced_blocks
 from selfevo.types import Task
 
 KINDS = ("deduction", "abduction", "induction")
-ANSWER_BLOCK = {"deduction": "output", "abduction": "input", "induction": "python"}  # the solver's block per kind
 PROPOSE_BLOCK = {"deduction": "python", "abduction": "python", "induction": "input"}  # the proposer's first block
 
 
@@ -129,4 +129,4 @@ class Solver(_KindRole):
         return Parsed.success(blocks[-1].strip() if self.task_kind != "induction" else blocks[-1].rstrip())
 
 
-__all__ = ["ANSWER_BLOCK", "KINDS", "PROPOSE_BLOCK", "Proposer", "Solver", "azr_meta", "show_pairs", "show_triplet"]
+__all__ = ["KINDS", "PROPOSE_BLOCK", "Proposer", "Solver", "azr_meta", "show_pairs", "show_triplet"]

@@ -1,5 +1,5 @@
-"""Parsers of tagged model output shared by roles: the CoMAS score (Eq. 6), the last ``<tag>...</tag>`` and fenced
-blocks (```` ```name ... ``` ````)."""
+"""Parsers of tagged model output shared by roles: the CoMAS score (Eq. 6) and the last ``<tag>...</tag>`` (fenced
+blocks, which verifiers read too: :func:`selfevo.verifiers.base.fenced_blocks`)."""
 from __future__ import annotations
 
 import re
@@ -40,12 +40,3 @@ def last_tag(text: str | None, tag: str) -> str | None:
     return bodies[-1].strip() if bodies else None
 
 
-@lru_cache(maxsize=64)
-def _fence_re(name: str) -> re.Pattern[str]:
-    return re.compile(rf"```{re.escape(name)}[ \t]*\n(.*?)```", re.DOTALL)
-
-
-def fenced_blocks(text: str | None, name: str) -> list[str]:
-    """The bodies of every closed ```` ```name ```` block in ``text``, in order, without their final newline
-    (```` ```python ```` does not match ``name="py"``; a block must start on the fence's line and end at ```` ``` ````)."""
-    return [b[:-1] if b.endswith("\n") else b for b in _fence_re(name).findall(text or "")]

@@ -6,7 +6,7 @@
   proposed program and input give the output; induction: the reference program on the proposed inputs gives the
   outputs, the first half are shown to the solver and the rest are its hidden tests.
 * verifier ``azr`` — a solve task (``task.meta["azr"] = {"kind", "triplet"}``, :func:`solve_task`) and the solver's
-  answer (its last answer block, :data:`selfevo.roles.azr.ANSWER_BLOCK`): deduction — the answer equals the output
+  answer (its last answer block, :data:`ANSWER_BLOCK`): deduction — the answer equals the output
   as a Python value (no code runs); abduction — ``f(answer)`` returns the output (the answer must be literals);
   induction — the answer program returns every hidden output for its hidden input (binary, as the released code's
   ``code_f_reward_type=binary``).
@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import hashlib
 
-from selfevo.roles.azr import ANSWER_BLOCK
-from selfevo.roles.parsers import fenced_blocks
 from selfevo.types import Task
-from selfevo.verifiers.base import Verdict, fail, register_verifier
+from selfevo.verifiers.base import Verdict, fail, fenced_blocks, register_verifier
 from selfevo.verifiers.execute import banned_words_used, call_values, deterministic_values, literal_args, same_value
 
+ANSWER_BLOCK = {"deduction": "output", "abduction": "input", "induction": "python"}  # the solver's block per kind
 # the released code's azr.data_selection_strategy.banned_words (configs/azr_ppo_trainer.yaml), duplicates dropped
 BANNED = ("logging", "random", "multiprocessing", "pebble", "subprocess", "threading", "datetime", "time", "hashlib",
           "hmac", "bcrypt", "os.sys", "os.path", "sys.exit", "os.environ", "calendar")

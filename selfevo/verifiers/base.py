@@ -2,7 +2,9 @@
 the modules :mod:`selfevo.verifiers` imports: code, math, mcq, numeric)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 from selfevo.registry import Registry
@@ -56,3 +58,14 @@ def verify(task: Task, response: str) -> Verdict:
     """Score ``response`` for ``task`` with the verifier its meta or domain names."""
     name = str(task.meta.get("verifier") or task.domain)
     return get_verifier(name)(task, response)
+
+
+@lru_cache(maxsize=64)
+def _fence_re(name: str) -> re.Pattern[str]:
+    return re.compile(rf"```{re.escape(name)}[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def fenced_blocks(text: str | None, name: str) -> list[str]:
+    """The bodies of every closed ```` ```name ```` block in ``text``, in order, without their final newline
+    (```` ```python ```` does not match ``name="py"``; a block must start on the fence's line and end at ```` ``` ````)."""
+    return [b[:-1] if b.endswith("\n") else b for b in _fence_re(name).findall(text or "")]
