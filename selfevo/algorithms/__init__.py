@@ -25,6 +25,8 @@ for _r in (
     Recipe("comas", "selfevo.algorithms.comas", "CoMAS: discussion → zero-sum interaction rewards → REINFORCE++"),
     Recipe("sage", "selfevo.algorithms.sage", "SAGE: challenger, planner, solver, critic; verified question pool; "
                                               "Task-Relative REINFORCE++"),
+    Recipe("mae", "selfevo.algorithms.mae", "MAE: proposer, solver, judge on one adapter; judge rewards, no ground "
+                                            "truth; question pool; Task-Relative REINFORCE++"),
     Recipe("maestro", "selfevo.algorithms.maestro", "MAESTRO: N×K candidates, a trained central selector, broadcast; "
                                                     "CLPO (or GRPO / SFT / prompt only)"),
     Recipe("azr", "selfevo.algorithms.azr", "AZR: one model proposes and solves deduction / abduction / induction "

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, ask
-from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update, checkpoint
-from selfevo.loop.pool import QuestionPool
+from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update
+from selfevo.loop.pool import QuestionPool, pool_metrics, start_pool
 from selfevo.rewards import REWARD_SOURCES
 from selfevo.rewards.formulas import sage_difficulty, sage_norm, sage_plan_gate
 from selfevo.roles import get_role
@@ -214,24 +214,11 @@ def admit(ep: Episode, pool: QuestionPool, p: SageProtocolCfg, step: int) -> str
     return None
 
 
-def pool_metrics(reasons: list[str | None], pool: QuestionPool) -> dict:
-    rejected: dict[str, int] = {}
-    for r in reasons:
-        if r is not None:
-            rejected[r] = rejected.get(r, 0) + 1
-    added = reasons.count(None)
-    return {"pool_size": len(pool), "pool_added": added,
-            "acceptance_rate": round(added / len(reasons), 4) if reasons else None, "rejected": rejected}
-
-
 # ---- the loop ---------------------------------------------------------------------------------------------------
-def start_pool(loop: Loop) -> QuestionPool:
+def seed_pool(loop: Loop) -> QuestionPool:
     """The pool as checkpointed (resume) or the seed set (data.tasks, else Table 5's mix)."""
-    saved = checkpoint.read_file(loop.dir, "pool.jsonl") if loop.first_step else None
-    if saved is not None:
-        return QuestionPool.from_jsonl(saved)
     d = loop.cfg.data
-    return QuestionPool.from_tasks(loop.tasks(lambda: sage_seed_set(loop.cfg.seed, d.data_root, d.source)))
+    return start_pool(loop, lambda: sage_seed_set(loop.cfg.seed, d.data_root, d.source))
 
 
 def step_of(loop: Loop, step: int, pool: QuestionPool, agents: Agents, rewards: dict) -> tuple[list, dict]:
@@ -261,7 +248,7 @@ def step_of(loop: Loop, step: int, pool: QuestionPool, agents: Agents, rewards: 
 def main(cfg) -> None:
     p, agents = cfg.protocol, Agents.build(cfg.protocol)
     with Loop(cfg, agents=list(dict.fromkeys(agents.names.values()))) as loop:
-        pool = start_pool(loop)
+        pool = seed_pool(loop)
         rewards = {"challenge": REWARD_SOURCES.get("sage_challenge")(format_tags, p.alpha, p.pay_duplicates),
                    "plan_solve": REWARD_SOURCES.get("sage_plan_solve")(format_tags, p.beta, p.lambda_plan,
                                                                        p.lambda_f, (p.w_plan, p.w_correct, p.w_format),

@@ -1,4 +1,4 @@
-"""A growing, verified question pool: training state of self-curriculum methods (SAGE); and :class:`ItemBuffers`,
+"""A growing question pool: training state of self-curriculum methods (SAGE, MAE); and :class:`ItemBuffers`,
 per-kind buffers of JSON items (AZR's triplet buffers).
 
 One item per JSONL line: ``id``, ``domain``, ``question``, ``origin`` ("seed" or "step k"), ``difficulty`` (the
@@ -6,7 +6,7 @@ Solver's failure rate when the item was admitted; None for seed items), ``verifi
 ``reference`` (math: the answer) or ``tests`` (one string of Python test code, as ``selfevo verify`` reads it) with
 ``reference_solution`` and ``entry_point`` (code). Questions are de-duplicated on their normalised text. A recipe
 saves the pool with its checkpoint (``Loop.end_step(files={"pool.jsonl": pool.to_jsonl()})``), so the pool and the
-adapters always describe the same step; a resume reads it back from the checkpoint.
+adapters always describe the same step; a resume reads it back from the checkpoint (:func:`start_pool`).
 """
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ import json
 import random
 import re
 from dataclasses import dataclass, field
+from typing import Callable
+
+from selfevo.loop import checkpoint
 
 from selfevo.tasks import TaskDataError
 from selfevo.tasks.base import jsonl_records
@@ -154,3 +157,23 @@ class ItemBuffers:
                                                                               for it in v) for v in items.values()):
             raise TaskDataError(f"{where}: expected {{kind: [items with an id]}}")
         return cls(items)
+
+
+def start_pool(loop, seeds: Callable[[], list[Task]]) -> QuestionPool:
+    """A recipe's pool at the start of ``loop`` (a :class:`~selfevo.loop.Loop`): as checkpointed (resume), else
+    built from the training tasks (``data.tasks``, else ``seeds()``)."""
+    saved = checkpoint.read_file(loop.dir, "pool.jsonl") if loop.first_step else None
+    if saved is not None:
+        return QuestionPool.from_jsonl(saved)
+    return QuestionPool.from_tasks(loop.tasks(seeds))
+
+
+def pool_metrics(reasons: list[str | None], pool: QuestionPool) -> dict:
+    """A step's admission figures: pool size, items added (reason None), their rate, rejections by reason."""
+    rejected: dict[str, int] = {}
+    for r in reasons:
+        if r is not None:
+            rejected[r] = rejected.get(r, 0) + 1
+    added = reasons.count(None)
+    return {"pool_size": len(pool), "pool_added": added,
+            "acceptance_rate": round(added / len(reasons), 4) if reasons else None, "rejected": rejected}

@@ -1,4 +1,4 @@
-"""Reward formulas of CoMAS and SAGE as pure functions over python numbers and strings.
+"""Reward formulas of CoMAS, SAGE, MAE and MAESTRO as pure functions over python numbers and strings.
 
 * CoMAS (arXiv 2510.08529, ``/work/shared/papers/001_*``) Sec. 3.2: Eq. 7 (solver/evaluator zero-sum rewards on
   the score that Eq. 6 extracts, :func:`selfevo.roles.parsers.parse_score`), Eq. 8 (scorer format penalty);
@@ -7,6 +7,9 @@
   (Challenger), Eq. 7-8 (Planner), Eq. 9-11 (Solver), Eq. 13 (Critic).
 * AZR (Absolute Zero, arXiv 2505.03335) Sec. 3.1-3.3: Eq. 4 (learnability of a proposed task), Eq. 5 (solve
   reward), Eq. 6 (format-aware penalty).
+* MAE (arXiv 2510.23595) Sec. 3: the Proposer's difficulty (1 - the mean Judge score of the Solver's samples) and its
+  reward (quality, difficulty and format, the difficulty dropped below the quality threshold). The Solver's reward
+  (Judge score and format) and the Judge's (format) are sums of registered sources (``critic_score``, ``format``).
 
 Discrepancies found in the SAGE paper and how they are resolved here:
 
@@ -36,7 +39,7 @@ __all__ = [
     "comas_rewards", "support_ratio", "verdict_agreement", "controlled_judge_score",
     "sage_norm", "soft_format_reward", "sage_difficulty", "sage_challenger_reward", "sage_plan_gate",
     "sage_planner_reward", "sage_solver_reward", "sage_critic_reward",
-    "rationale_attributes", "maestro_reward",
+    "mae_difficulty", "mae_proposer_reward", "rationale_attributes", "maestro_reward",
     "azr_solve_rate", "azr_propose_reward", "azr_reward",
 ]
 
@@ -187,6 +190,31 @@ def sage_solver_reward(s_gt: float, r_f: float, s_p: float | None = None, beta: 
 def sage_critic_reward(r_f: float) -> float:
     """SAGE Eq. 13: the Critic is rewarded for format only, ``r_cr = r_f(o_cr)``."""
     return float(r_f)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# MAE
+# --------------------------------------------------------------------------------------------------------------
+
+def mae_difficulty(solve_scores: Sequence[float | None]) -> float:
+    """MAE's difficulty reward ``1 - mean_i V_J(a_i, q)`` over the N_sample >= 1 Solver answers to the new question,
+    each ``V_J`` the Judge's normalised score of one answer. Answers whose score did not parse (None) are left out;
+    when none parsed, the mean is the neutral 0.5 (the released code's fallback), so the difficulty is 0.5."""
+    if not solve_scores:
+        raise ValueError("mae_difficulty needs at least one solver answer (N_sample >= 1)")
+    parsed = [float(s) for s in solve_scores if s is not None]
+    return 1.0 - (sum(parsed) / len(parsed) if parsed else 0.5)
+
+
+def mae_proposer_reward(quality: float, difficulty: float, r_f: float, parsed: bool = True, threshold: float = 0.7,
+                        weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)) -> float:
+    """MAE's Proposer reward ``w_q R_quality + w_d R_difficulty + w_f R_format``; a question whose quality is below
+    ``threshold`` (the quality filter) loses its difficulty term (``w_q R_quality + w_f R_format``, not renormalised,
+    as the released code), and an output without a question gets 0."""
+    if not parsed:
+        return 0.0
+    w_q, w_d, w_f = weights
+    return w_q * quality + (w_d * difficulty if quality >= threshold else 0.0) + w_f * r_f
 
 
 # --------------------------------------------------------------------------------------------------------------

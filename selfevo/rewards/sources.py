@@ -253,9 +253,10 @@ def format_source(tags: Mapping[str, int], roles: Sequence[str]) -> RewardSource
 
 
 @REWARD_SOURCES.register("critic_score")
-def critic_score(role: str = "critic", ref: str = "target", one_is_min: bool = False) -> RewardSource:
+def critic_score(role: str = "critic", ref: str = "target", one_is_min: bool = False,
+                 unparsed: float | None = None) -> RewardSource:
     """A critic turn's parsed 1-10 score, normalised to [0, 1] (SAGE Eq. 2), becomes the reward of the turn it
-    judges (``refs[ref]``); a critic whose score does not parse leaves that turn masked."""
+    judges (``refs[ref]``); a critic whose score does not parse gives that turn ``unparsed`` (None: masked)."""
 
     def source(episodes: list[Episode]) -> RewardResult:
         out = []
@@ -263,7 +264,7 @@ def critic_score(role: str = "critic", ref: str = "target", one_is_min: bool = F
             rewards: TurnRewards = {}
             for t in ep.turns:
                 if t.role == role and ref in t.refs:
-                    rewards[t.refs[ref]] = sage_norm(t.parsed.value, one_is_min) if _ok(t) else None
+                    rewards[t.refs[ref]] = sage_norm(t.parsed.value, one_is_min) if _ok(t) else unparsed
             out.append(rewards)
         return RewardResult(out)
 

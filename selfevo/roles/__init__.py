@@ -7,7 +7,8 @@ a typed :class:`Context`, and may parse using it. ``ROLES.get("comas.scorer")()`
 (ablation w/o scoring), and the minimal ``generic.solver``, ``generic.challenger``, ``generic.planner``,
 ``generic.critic``, ``generic.selector``, AZR's ``azr.proposer``, ``azr.solver`` (:mod:`selfevo.roles.azr`), SAGE's
 ``sage.challenger``, ``sage.planner``, ``sage.solver``,
-``sage.critic`` (:mod:`selfevo.roles.sage`), and MAESTRO's ``maestro.executor``, ``maestro.central``,
+``sage.critic`` (:mod:`selfevo.roles.sage`), MAE's ``mae.proposer``, ``mae.solver``, ``mae.judge``
+(:mod:`selfevo.roles.mae`), and MAESTRO's ``maestro.executor``, ``maestro.central``,
 ``maestro.central_gen`` (:mod:`selfevo.roles.maestro`).
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from selfevo.roles import generic  # noqa: F401  (registers the generic roles)
-from selfevo.roles import azr, maestro, sage  # noqa: F401  (registers the AZR, MAESTRO and SAGE roles)
+from selfevo.roles import azr, mae, maestro, sage  # noqa: F401  (registers the AZR, MAE, MAESTRO and SAGE roles)
 from selfevo.roles.base import (
     EMPTY_DISCUSSION, ROLE_KINDS, ROLES, Context, HistoryItem, Parsed, Role, RoleError, group_rounds, last_rounds,
     load_template, register_role, render_discussion, strip_special_tokens,

@@ -1,9 +1,12 @@
-"""Parsers of tagged model output shared by roles: the CoMAS score (Eq. 6) and the last ``<tag>...</tag>`` (fenced
-blocks, which verifiers read too: :func:`selfevo.verifiers.base.fenced_blocks`)."""
+"""Parsers of tagged model output shared by roles: the CoMAS score (Eq. 6), the last ``<tag>...</tag>`` and a 1-10
+score in ``<score>`` (SAGE's Critic, MAE's Judge). Fenced blocks, which verifiers read too:
+:func:`selfevo.verifiers.base.fenced_blocks`."""
 from __future__ import annotations
 
 import re
 from functools import lru_cache
+
+from selfevo.roles.base import Parsed
 
 # a <score> opener, then the shortest body that contains no further opener, then the closer
 _SCORE_TAG = re.compile(r"<score>((?:(?!<score>).)*?)</score>", re.DOTALL)
@@ -40,3 +43,19 @@ def last_tag(text: str | None, tag: str) -> str | None:
     return bodies[-1].strip() if bodies else None
 
 
+_SCALE_BODY = re.compile(r"(\d+)(?:\.0+)?(?:\s*/\s*10)?")
+
+
+def scale_score(text: str | None) -> Parsed:
+    """The integer 1-10 in the LAST ``<score>`` tag (``7``, ``7.0`` and ``7/10`` read as 7), or a failure whose error
+    starts with its reason: ``"format: ..."`` (no tag, a body that is not an integer) or ``"out of range: ..."``."""
+    body = last_tag(text, "score")
+    if body is None:
+        return Parsed.failure("format: no <score>...</score> tag")
+    match = _SCALE_BODY.fullmatch(body)
+    if not match:
+        return Parsed.failure(f"format: the last <score> tag holds {body[:40]!r}, not an integer 1-10")
+    score = int(match.group(1))
+    if not 1 <= score <= 10:
+        return Parsed.failure(f"out of range: score {score} is not in 1-10")
+    return Parsed.success(score)

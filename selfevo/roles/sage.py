@@ -42,7 +42,7 @@ from typing import ClassVar
 
 from selfevo.roles.base import (Context, Parsed, Role, RoleError, chat, drop_paragraph, fill, load_template,
                                 register_role, strip_special_tokens)
-from selfevo.roles.parsers import last_tag
+from selfevo.roles.parsers import last_tag, scale_score
 from selfevo.tasks.prompts import fenced
 from selfevo.types import Task
 from selfevo.verifiers.math import reference_answer
@@ -202,7 +202,6 @@ class Solver(Role):
 
 
 EMPTY_PLAN = "(empty plan)"  # shown to the critic when the planner wrote nothing (an unparsed plan is still judged)
-_SCORE_BODY = re.compile(r"(\d+)(?:\.0+)?(?:\s*/\s*10)?")
 
 
 @register_role
@@ -226,16 +225,7 @@ class Critic(Role):
         return chat(fill(template, question=_clean(task.question), plan=_clean(ctx.plan) or EMPTY_PLAN))
 
     def read(self, text: str, ctx: Context) -> Parsed:
-        body = last_tag(strip_special_tokens(text or ""), "score")
-        if body is None:
-            return Parsed.failure("format: no <score>...</score> tag")
-        match = _SCORE_BODY.fullmatch(body)
-        if not match:
-            return Parsed.failure(f"format: the last <score> tag holds {body[:40]!r}, not an integer 1-10")
-        score = int(match.group(1))
-        if not 1 <= score <= 10:
-            return Parsed.failure(f"out of range: score {score} is not in 1-10")
-        return Parsed.success(score)
+        return scale_score(strip_special_tokens(text or ""))
 
 
 def sage_roles(**options) -> dict[str, Role]:

@@ -49,6 +49,17 @@ def test_sage_paper_preset_runs_one_step(tmp_path):
 
 
 @pytest.mark.slow
+def test_mae_paper_preset_runs_one_step(tmp_path):
+    m, episodes = _run("mae", tmp_path / "run")
+    proposals = [e for e in episodes if e["turns"][0]["role"] == "proposer"]
+    # mae.sh: batch 128 of proposals and of solve items on one shared adapter
+    assert m["step"] == 0 and len(proposals) == 128 and len(episodes) - len(proposals) == 128
+    assert m["pool_added"] + sum(m["rejected"].values()) == 128 and list(m["train"]) == ["mae"]
+    assert m["train"]["mae"]["rows"] >= 128 and m["update_tokens"] > 0
+    assert (tmp_path / "run" / "adapters" / "final" / "mae").is_dir()
+
+
+@pytest.mark.slow
 def test_maestro_paper_preset_runs_one_step(tmp_path):
     m, episodes = _run("maestro", tmp_path / "run")
     # App. C.1: N = 3 agents x K = 3 candidates, R = 3 rounds, 32 questions per step; G = 9 samples per slate

@@ -146,7 +146,8 @@ def test_admitted_code_items_verify_again_through_selfevo_verify(tmp_path, capsy
 
 
 # ---- fidelity: Norm(1), duplicates, empty plans, Algorithm 1's order, invalid verifiers, what the pool admits ------
-from selfevo.algorithms.sage import Agents, SageProtocolCfg, admit, plan_solve_program, pool_metrics  # noqa: E402
+from selfevo.algorithms.sage import Agents, SageProtocolCfg, admit, plan_solve_program  # noqa: E402
+from selfevo.loop.pool import pool_metrics  # noqa: E402
 from selfevo.interaction import Episode, Turn  # noqa: E402
 from selfevo.rewards import REWARD_SOURCES  # noqa: E402
 from selfevo.roles import get_role  # noqa: E402

@@ -1,0 +1,201 @@
+"""MAE (Multi-Agent Evolve): Proposer, Solver and Judge on one backbone and one shared adapter; no ground truth
+anywhere (the Judge's scores are the only signal); a growing question pool; Task-Relative REINFORCE++.
+
+    selfevo run mae                                           # preset cpu: embedded model, one shared adapter
+    selfevo run mae trainer.max_steps=2 output_dir=runs/m1    # then: ... resume=true trainer.max_steps=3
+    selfevo run mae --preset paper                            # the paper's / released script's settings
+    selfevo run mae protocol.reference_prob=0                 # MAE "no reference" (1: "with reference")
+
+Paper: Chen et al. 2025, arXiv 2510.23595, Sec. 3; released code github.com/ulab-uiuc/Multi-agent-Evolve
+(``GeneralIORewardManager``, ``scripts/selfplay/mae.sh``). One step, batched:
+(1) propose phase — ``protocol.proposals`` reference items drawn from the pool; the Proposer writes a new question,
+shown the reference with probability ``reference_prob`` (the released "half reference": 0.5), else from scratch;
+if it parsed, the Judge scores the question (R_quality) while N_sample Solver answers try it, then the Judge scores
+each answer (V_J); R_difficulty = 1 − mean V_J; the question enters the pool iff R_quality ≥ the quality threshold
+and it is new (``pool.jsonl``, saved with the checkpoint); (2) solve phase — ``trainer.tasks_per_step`` items drawn
+from the pool (after admission); the Solver answers, the Judge scores the answer; (3) rewards: Proposer
+``mae_proposer_reward`` (:mod:`selfevo.rewards.formulas`), Solver ``w V_J + (1 − w) r_f`` (``critic_score`` and
+``format`` sources), Judge its own format r_f; (4) one Task-Relative REINFORCE++ update of the shared adapter over
+every role's turns, advantages normalised per role.
+
+Where the paper is silent, and what this recipe does (the released code's choice where it has one):
+* weights of the Proposer's three terms — 1/3 each; below the threshold the difficulty term is dropped, not
+  renormalised; a Proposer without a ``<question>`` gets 0 (released code);
+* the Solver's reward mixes the Judge's score with its format ½ / ½ (released code); a Judge score that does not
+  parse counts as the neutral 0.5 there and in R_difficulty (released code; the Judge turn itself gets r_f);
+* the Solver answers that measure R_difficulty are not trained (released code: a reward-side rollout);
+* the quality threshold 0.7 and N_sample = 5 come from the released code and script; the seed set, the Judge's
+  prompts and its temperature are this toolkit's (:mod:`selfevo.roles.mae`); the paper trains all weights, this
+  recipe one LoRA adapter; duplicates of pool questions are not admitted (not in the paper).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from selfevo.config import SamplingCfg, opt
+from selfevo.interaction import Episode, ask
+from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update, load_entries
+from selfevo.loop.pool import QuestionPool, pool_metrics, start_pool
+from selfevo.rewards import REWARD_SOURCES, RewardResult, labelled, weighted_sum
+from selfevo.rewards.formulas import mae_difficulty, mae_proposer_reward, sage_norm, soft_format_reward
+from selfevo.roles import get_role
+from selfevo.roles.mae import FORMAT_TAGS
+
+ROLES = ("proposer", "solver", "judge")
+AGENT = "mae"
+
+
+@dataclass
+class MaeProtocolCfg:
+    proposals: int = opt(4, "Proposer episodes per step (each from a reference item drawn from the pool)", ge=0)
+    solver_samples: int = opt(5, "N_sample: Solver answers per new question for its difficulty (mae.sh: 5)", ge=1)
+    quality_threshold: float = opt(0.7, "a new question enters the pool, and is paid its difficulty, only if its "
+                                        "normalised Judge score is at least this (released code: 0.7)", ge=0, le=1)
+    reference_prob: float = opt(0.5, "probability that the Proposer is shown its reference item (released "
+                                     "'half reference': 0.5; 0: MAE without reference)", ge=0, le=1)
+    w_quality: float = opt(1 / 3, "the Proposer's weight of R_quality (released code: 1/3)", ge=0)
+    w_difficulty: float = opt(1 / 3, "the Proposer's weight of R_difficulty (released code: 1/3)", ge=0)
+    w_format: float = opt(1 / 3, "the Proposer's weight of R_format (released code: 1/3)", ge=0)
+    solver_judge_weight: float = opt(0.5, "w: the Solver's reward is w V_J + (1 - w) r_f (released code: 0.5)",
+                                     ge=0, le=1)
+    unparsed_score: float = opt(0.5, "the normalised score of a Judge output whose score does not parse (released "
+                                     "code: the neutral 0.5)", ge=0, le=1)
+    train_proposer: bool = opt(True, "train on Proposer turns")
+    train_solver: bool = opt(True, "train on Solver turns")
+    train_judge: bool = opt(True, "train on Judge turns")
+    proposer_prefix: str = opt("", "start Proposer answers with this (small models: '<question>')")
+    solver_prefix: str = opt("", "start Solver answers with this")
+    judge_prefix: str = opt("", "start Judge answers with this (small models: '<score>')")
+
+
+@dataclass
+class Config(RunCfg):
+    recipe: str = opt("mae", "the recipe", choices=("mae",))
+    output_dir: str = opt("runs/mae", "run directory", nonempty=True)
+    agents: int = opt(1, "must be 1: MAE's agents are roles of one backbone and one shared adapter", ge=1, le=1)
+    sampling: SamplingCfg = opt(SamplingCfg(max_new_tokens=256, temperature=1.0), "sampling (mae.sh: 1.0)")
+    trainer: TrainerCfg = opt(TrainerCfg(optimizer="task_relative", tasks_per_step=8), "schedule and updates")
+    protocol: MaeProtocolCfg = opt(MaeProtocolCfg, "MAE's phases, reward weights and switches")
+    data: DataCfg = opt(DataCfg(tasks=["gsm8k:train"], limit=500), "the seed questions of the pool (their "
+                                                                     "reference answers are never used)")
+
+
+# ---- episode programs -------------------------------------------------------------------------------------------
+def propose_program(roles: dict, n_samples: int):
+    """Proposer (shown its reference iff ``task.meta["with_reference"]``) → (Judge on the question ‖ N_sample Solver
+    answers, ``difficulty``) → the Judge on each answer."""
+
+    def program(ep: Episode):
+        shown = bool(ep.task.meta.get("with_reference"))
+        ep.meta["with_reference"] = shown
+        prop = yield ask(roles["proposer"], AGENT, ep.task, label="proposer", reference=ep.task if shown else None)
+        if not prop.parsed.ok:
+            return
+        new = prop.parsed.value
+        ep.meta["new_task"] = {"id": new.id, "question": new.question}
+        _, *answers = yield [ask(roles["judge"], AGENT, new, label="judge", refs={"target": prop}),
+                             *[ask(roles["solver"], AGENT, new, label="difficulty") for _ in range(n_samples)]]
+        yield [ask(roles["judge"], AGENT, new, label="judge", refs={"target": a}, subject="answer", solution=a.text)
+               for a in answers]
+
+    return program
+
+
+def solve_program(roles: dict):
+    """Solver → the Judge on its answer."""
+
+    def program(ep: Episode):
+        answer = yield ask(roles["solver"], AGENT, ep.task, label="solver")
+        yield ask(roles["judge"], AGENT, ep.task, label="judge", refs={"target": answer}, subject="answer",
+                  solution=answer.text)
+
+    return program
+
+
+# ---- admission and rewards ----------------------------------------------------------------------------------------
+def judged(ep: Episode, role: str, unparsed: float) -> list[float]:
+    """The normalised Judge scores of the episode's turns of ``role`` (1 → 0, 10 → 1; unparsed: ``unparsed``)."""
+    return [sage_norm(t.parsed.value, one_is_min=True) if t.parsed.ok else unparsed
+            for t in ep.turns if t.role == "judge" and ep.turns[t.refs["target"]].role == role]
+
+
+def admit(ep: Episode, pool: QuestionPool, p: MaeProtocolCfg, step: int) -> str | None:
+    """One propose episode: fills ``ep.meta`` (quality, difficulty) and adds the new question to the pool iff its
+    quality reaches the threshold and it is new; returns the rejection reason (None = admitted)."""
+    prop = ep.turns[0]
+    if not prop.parsed.ok:
+        return "format"
+    (quality,) = judged(ep, "proposer", p.unparsed_score)
+    ep.meta["quality"] = quality
+    ep.meta["difficulty"] = difficulty = mae_difficulty(judged(ep, "difficulty", p.unparsed_score))
+    if quality < p.quality_threshold:
+        return "low quality"
+    if pool.contains(prop.parsed.value.question):
+        return "duplicate"
+    pool.add(prop.parsed.value, f"step {step}", difficulty)
+    return None
+
+
+def proposer_rewards(p: MaeProtocolCfg):
+    """Reward source of propose episodes (after :func:`admit`): the Proposer's reward; difficulty answers masked."""
+    weights = (p.w_quality, p.w_difficulty, p.w_format)
+
+    def source(episodes: list[Episode]) -> RewardResult:
+        out, paid = [], []
+        for ep in episodes:
+            prop = ep.turns[0]
+            r_f = soft_format_reward(prop.answer, FORMAT_TAGS["proposer"])
+            r = mae_proposer_reward(ep.meta.get("quality", 0.0), ep.meta.get("difficulty", 0.0), r_f,
+                                    prop.parsed.ok, p.quality_threshold, weights)
+            paid.append(r)
+            out.append({0: r, **{i: None for i, t in enumerate(ep.turns) if t.role == "difficulty"}})
+        return RewardResult(out, {"proposer_reward": round(sum(paid) / len(paid), 4) if paid else None})
+
+    return source
+
+
+def reward_sources(p: MaeProtocolCfg) -> dict:
+    """The propose and solve phases' reward sources; every Judge turn is paid its format r_f."""
+    def fmt(role: str, phase: str):
+        return labelled(REWARD_SOURCES.get("format")(FORMAT_TAGS[role], [role]), f"{phase}.{role}_")
+
+    judge_score = REWARD_SOURCES.get("critic_score")("judge", "target", True, p.unparsed_score)
+    w = p.solver_judge_weight
+    return {"propose": weighted_sum([(1.0, proposer_rewards(p)), (1.0, fmt("judge", "propose"))]),
+            "solve": weighted_sum([(w, judge_score), (1 - w, fmt("solver", "solve")), (1.0, fmt("judge", "solve"))])}
+
+
+# ---- the loop ---------------------------------------------------------------------------------------------------
+def step_of(loop: Loop, step: int, pool: QuestionPool, roles: dict, rewards: dict) -> tuple[list, dict]:
+    """The propose phase on reference items drawn from the pool, admission right after it, the solve phase on items
+    drawn from the pool as admission left it; rewards; one update of every trained role's turns, per-role baselines."""
+    p = loop.cfg.protocol
+    rng = random.Random(f"{loop.cfg.seed}/{step}/pool")
+    refs = pool.sample(rng, p.proposals) if p.proposals else []
+    for task in refs:
+        task.meta["with_reference"] = rng.random() < p.reference_prob
+
+    def admit_all(episodes: list[Episode]) -> dict:
+        reasons = [admit(ep, pool, p, step) for ep in episodes]
+        for ep, reason in zip(episodes, reasons):
+            ep.meta["admission"] = reason or "admitted"
+        return pool_metrics(reasons, pool)
+
+    trained = {r for r in ROLES if getattr(p, f"train_{r}")}
+    phases = [Phase("propose", refs, propose_program(roles, p.solver_samples), rewards["propose"], key="p",
+                    after=admit_all),
+              Phase("solve", lambda: pool.sample(rng, loop.cfg.trainer.tasks_per_step), solve_program(roles),
+                    rewards["solve"], key="s")]
+    return loop.run_step(step, phases, [Update(group_by=lambda t: t.role, include=lambda t: t.role in trained)])
+
+
+def main(cfg) -> None:
+    p = cfg.protocol
+    roles = {r: get_role(f"mae.{r}", prefix=getattr(p, f"{r}_prefix")) for r in ROLES}
+    with Loop(cfg, agents=[AGENT]) as loop:
+        pool = start_pool(loop, lambda: load_entries(["gsm8k:train"], limit=500))
+        rewards = reward_sources(p)
+        for step in loop.steps():
+            episodes, metrics = step_of(loop, step, pool, roles, rewards)
+            loop.end_step(step, episodes, metrics, files={"pool.jsonl": pool.to_jsonl()})
