@@ -75,7 +75,7 @@ def test_maestro_paper_preset_runs_one_step(tmp_path):
 
 @pytest.mark.parametrize("recipe,loras,rank,model_len,memory", [
     ("comas", 4, 64, 32768, 0.3), ("sage", 8, 128, 16384, 0.3), ("maestro", 2, 16, 8192, 0.35),
-    ("azr", 8, 128, 14240, 0.3)])
+    ("azr", 8, 128, 14240, 0.3), ("mae", 8, 128, 16384, 0.3)])
 def test_gpu_presets_give_vllm_the_documented_lora_serving_arguments(recipe, loras, rank, model_len, memory):
     """What each paper (GPU) preset hands ``vllm.LLM`` on a GPU, checked without one: multi-LoRA with the smallest
     accepted rank that fits the preset's adapters, host-side adapter slots, prefix caching, CUDA graphs, and the
