@@ -21,7 +21,8 @@ import pytest
 from helpers.paths import ROOT
 
 FLOAT_PIN_FILES = [
-    "tests/algorithms/test_golden_comas.py", "tests/algorithms/test_golden_recipes.py",
+    "tests/algorithms/test_golden_comas.py", "tests/algorithms/test_golden_recipes.py", "tests/algorithms/test_grpo.py",
+    "tests/algorithms/test_azr.py", "tests/algorithms/test_mae.py",
     "tests/engines/test_engine_hf.py", "tests/optimizers/test_clpo.py", "tests/optimizers/test_objectives.py",
     "tests/optimizers/test_optimizers.py", "tests/policy/test_adamw.py", "tests/policy/test_batch.py",
     "tests/policy/test_policy.py", "tests/rewards/test_rewards.py", "tests/setups/test_setups_golden.py",

@@ -135,6 +135,7 @@ def test_one_azr_step_is_pinned(tmp_path):
             assert got["adapters"][agent][k] == pytest.approx(v, **TOL[k]), (agent, k)
 
 
+@pytest.mark.slow
 def test_run_two_steps_and_resume(tmp_path):
     run = tmp_path / "run"
     args = ["run", "azr", "--preset", "cpu", "model.backbones=[tiny-random]", "model.dtype=float32",

@@ -69,6 +69,7 @@ def test_the_prompt_is_the_evaluation_prompt():
     assert ask.messages == [{"role": "user", "content": format_prompt(task)}]  # what setup=vanilla shows
 
 
+@pytest.mark.slow
 def test_two_steps_then_resume_adds_exactly_one(tmp_path):
     out, ref = tmp_path / "run", tmp_path / "ref"
     assert _run(tmp_path, out, "trainer.max_steps=2") == 0

@@ -53,12 +53,13 @@ def test_one_mae_step_is_pinned(tmp_path):
     _compare(got, "mae_step")
 
 
+@pytest.mark.slow
 def test_two_steps_on_tiny_random_then_resume(tmp_path):
     out = tmp_path / "run"
     tiny = ["model.backbones=[tiny-random]", "model.dtype=float32", "engine.name=hf", "sampling.max_new_tokens=8",
             "protocol.proposals=2", "protocol.solver_samples=1", "trainer.tasks_per_step=2",
             "trainer.mask_truncated=false", "protocol.proposer_prefix=<question>", "protocol.judge_prefix=<score>",
-            f"data.tasks=[{_seeds(tmp_path)}]", f"output_dir={out}"]
+            "eval.at_start=false", "eval.every=0", f"data.tasks=[{_seeds(tmp_path)}]", f"output_dir={out}"]
     assert cli.main(["run", "mae", *tiny, "trainer.max_steps=2"]) == 0
     assert cli.main(["run", "mae", *tiny, "trainer.max_steps=3", "resume=true"]) == 0
     metrics = _lines(out / "metrics.jsonl")
@@ -68,6 +69,7 @@ def test_two_steps_on_tiny_random_then_resume(tmp_path):
     assert (out / "adapters" / "final" / "mae" / "adapter_config.json").exists()
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_with_the_checkpointed_pool(tmp_path):
     out, ref = tmp_path / "run", tmp_path / "ref"
     common = [*SCRIPTED, f"data.tasks=[{_seeds(tmp_path)}]"]
