@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from selfevo.config import SamplingCfg, opt
 from selfevo.interaction import Episode, ask
 from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update, load_entries
-from selfevo.loop.pool import QuestionPool, pool_metrics, start_pool
+from selfevo.loop.pool import QuestionPool, admit_each, start_pool
 from selfevo.rewards import REWARD_SOURCES, RewardResult, labelled, weighted_sum
 from selfevo.rewards.formulas import mae_difficulty, mae_proposer_reward, sage_norm, soft_format_reward
 from selfevo.roles import get_role
@@ -177,10 +177,7 @@ def step_of(loop: Loop, step: int, pool: QuestionPool, roles: dict, rewards: dic
         task.meta["with_reference"] = rng.random() < p.reference_prob
 
     def admit_all(episodes: list[Episode]) -> dict:
-        reasons = [admit(ep, pool, p, step) for ep in episodes]
-        for ep, reason in zip(episodes, reasons):
-            ep.meta["admission"] = reason or "admitted"
-        return pool_metrics(reasons, pool)
+        return admit_each(episodes, pool, lambda ep: admit(ep, pool, p, step))
 
     trained = {r for r in ROLES if getattr(p, f"train_{r}")}
     phases = [Phase("propose", refs, propose_program(roles, p.solver_samples), rewards["propose"], key="p",

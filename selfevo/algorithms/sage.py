@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, ask
 from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update
-from selfevo.loop.pool import QuestionPool, pool_metrics, start_pool
+from selfevo.loop.pool import QuestionPool, admit_each, start_pool
 from selfevo.rewards import REWARD_SOURCES
 from selfevo.rewards.formulas import sage_difficulty, sage_norm, sage_plan_gate
 from selfevo.roles import get_role
@@ -232,11 +232,8 @@ def step_of(loop: Loop, step: int, pool: QuestionPool, agents: Agents, rewards: 
     draw = lambda: pool.sample(rng, loop.cfg.trainer.tasks_per_step)  # noqa: E731
     items = draw if p.sample_after_admission else draw()
 
-    def admit_all(challenges: list[Episode]) -> dict:
-        reasons = [admit(ep, pool, p, step) for ep in challenges]
-        for ep, reason in zip(challenges, reasons):
-            ep.meta["admission"] = reason or "admitted"
-        return pool_metrics(reasons, pool)
+    def admit_all(episodes: list[Episode]) -> dict:
+        return admit_each(episodes, pool, lambda ep: admit(ep, pool, p, step))
 
     trained = {r for r in ROLES if getattr(p, f"train_{r}")}
     phases = [Phase("challenge", refs, challenge_program(agents, p.solver_samples, p.tag_chain), rewards["challenge"],

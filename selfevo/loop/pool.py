@@ -168,6 +168,16 @@ def start_pool(loop, seeds: Callable[[], list[Task]]) -> QuestionPool:
     return QuestionPool.from_tasks(loop.tasks(seeds))
 
 
+def admit_each(episodes: list, pool: QuestionPool, admit: Callable[[object], str | None]) -> dict:
+    """A phase's ``after`` for self-curriculum recipes: ``admit(episode)`` (None: added to ``pool``, else the reason
+    it was refused) for each episode in order, recorded in ``episode.meta["admission"]``; the step's
+    :func:`pool_metrics`."""
+    reasons = [admit(ep) for ep in episodes]
+    for ep, reason in zip(episodes, reasons):
+        ep.meta["admission"] = reason or "admitted"
+    return pool_metrics(reasons, pool)
+
+
 def pool_metrics(reasons: list[str | None], pool: QuestionPool) -> dict:
     """A step's admission figures: pool size, items added (reason None), their rate, rejections by reason."""
     rejected: dict[str, int] = {}

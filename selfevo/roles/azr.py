@@ -59,6 +59,8 @@ class _KindRole(Role):
     task_kind: str = "deduction"
     open_block: bool = False
 
+    blocks: ClassVar[dict[str, str]] = {}  # the fenced block each kind's answer starts with
+
     def __post_init__(self) -> None:
         if self.task_kind not in KINDS:
             raise RoleError(f"role '{self.name}': task_kind must be one of {', '.join(KINDS)}, got {self.task_kind!r}")
@@ -66,7 +68,7 @@ class _KindRole(Role):
             self.prefix = f"```{self.first_block()}\n"
 
     def first_block(self) -> str:
-        raise NotImplementedError
+        return self.blocks[self.task_kind]
 
 
 @register_role
@@ -79,9 +81,7 @@ class Proposer(_KindRole):
     name: ClassVar[str] = "azr.proposer"
     kind: ClassVar[str] = "challenger"
     reads: ClassVar[tuple[str, ...]] = ()
-
-    def first_block(self) -> str:
-        return PROPOSE_BLOCK[self.task_kind]
+    blocks: ClassVar[dict[str, str]] = PROPOSE_BLOCK
 
     def render(self, task: Task, ctx: Context) -> list[dict[str, str]]:
         meta = azr_meta(task, self.task_kind)
@@ -111,9 +111,7 @@ class Solver(_KindRole):
     name: ClassVar[str] = "azr.solver"
     kind: ClassVar[str] = "solver"
     reads: ClassVar[tuple[str, ...]] = ()
-
-    def first_block(self) -> str:
-        return ANSWER_BLOCK[self.task_kind]
+    blocks: ClassVar[dict[str, str]] = ANSWER_BLOCK
 
     def render(self, task: Task, ctx: Context) -> list[dict[str, str]]:
         t = azr_meta(task, self.task_kind)["triplet"]
