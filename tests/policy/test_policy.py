@@ -1,6 +1,8 @@
 """The policy store (selfevo.policy): chosen log-probs and entropies against the full softmax, the reference policy
 (adapters disabled), micro-batched gradients, adapters saved and loaded in PEFT's format, lending the model,
 right-padded rows, and the LoRA computation in the activation dtype against PEFT."""
+import contextlib
+
 import pytest
 import torch
 
@@ -189,3 +191,63 @@ def test_activation_dtype_lora_matches_peft_forward_and_gradients(make_store):
         for g, r in zip(fast_grads, ref_grads):
             assert (g - r).norm() <= tol * max(r.norm(), 1e-3), (dtype, (g - r).norm(), r.norm())
         assert any(g.abs().sum() > 0 for g in fast_grads)
+
+
+def _dropout_store(make_store, checkpointing: bool):
+    from selfevo.policy import LoraSettings
+
+    torch.manual_seed(0)  # the same lora_A init in both stores
+    store = make_store(("a0",), micro_batch=2, gradient_checkpointing=checkpointing)
+    store.lora = LoraSettings(r=8, alpha=16, dropout=0.3)
+    store.add_agent("a1", "tiny-random")  # with dropout: the recomputed forward must replay the same masks
+    randomize_adapters(store)
+    return store
+
+
+def test_gradient_checkpointing_takes_the_same_step(make_store):
+    b = SeqBatch.build([[5, 6, 7], [9], [4, 4]], [[8, 9], [1, 2, 3, 4], [6]], 2)
+    loss = lambda logp, mb, ent: -(logp * mb.loss_mask).sum() / 7 - 0.1 * (ent * mb.loss_mask).sum() / 7  # noqa
+    after = []
+    for checkpointing in (False, True):
+        store = _dropout_store(make_store, checkpointing)
+        torch.manual_seed(1)  # the dropout masks' stream
+        stats = store.step("a1", b, loss, entropy=True)
+        after.append((stats, torch.cat([p.detach().flatten() for p in store.adapter_params("a1")])))
+    assert after[0][0]["grad_norm"] == pytest.approx(after[1][0]["grad_norm"], rel=1e-5)
+    assert after[0][0]["loss"] == pytest.approx(after[1][0]["loss"], rel=1e-6)
+    torch.testing.assert_close(after[0][1], after[1][1], atol=1e-6, rtol=1e-5)
+
+
+def test_gradient_checkpointing_keeps_no_activations_inside_the_layers_and_is_undone(make_store):
+    from selfevo.policy.store import checkpointed_layers
+
+    b = SeqBatch.build([[5, 6, 7, 8, 9, 10] * 4] * 2, [[8, 9, 3] * 4] * 2, 2)
+    store = _dropout_store(make_store, False)
+    bb = store.backbones["tiny-random"]
+    layers = bb.causal_lm.model.layers
+    inside, running = [], []  # bytes autograd keeps for the backward while each decoder layer runs
+    hooks = [m.register_forward_pre_hook(lambda *_: inside.append(0) or running.append(1)) for m in layers]
+    hooks += [m.register_forward_hook(lambda *_: running.pop() and None) for m in layers]
+
+    def kept(t):
+        if running:
+            inside[-1] += t.numel() * t.element_size()
+        return t
+
+    def saved_inside_layers(checkpointing: bool) -> list[int]:
+        inside.clear()
+        bb.model.train()
+        with torch.autograd.graph.saved_tensors_hooks(kept, lambda t: t):
+            with checkpointed_layers(bb.causal_lm) if checkpointing else contextlib.nullcontext() as n:
+                store.token_logprobs("a1", b)
+        assert n is None or n == len(layers)
+        return list(inside)
+
+    plain, checkpointed = saved_inside_layers(False), saved_inside_layers(True)
+    for h in hooks:
+        h.remove()
+    assert len(plain) == len(checkpointed) == len(layers) and min(plain) > 0
+    layer_input = b.input_ids.numel() * bb.causal_lm.config.hidden_size * 4  # [B, T, H] fp32
+    assert max(checkpointed) <= layer_input  # at most the layer's input, for the replay
+    assert min(plain) > 10 * layer_input  # every intermediate of the layer
+    assert not bb.causal_lm.is_gradient_checkpointing  # undone on exit
