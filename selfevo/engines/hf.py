@@ -7,6 +7,7 @@ batch (KV cache, masks and adapters alike) so the tail of a long generation cost
 from __future__ import annotations
 
 import random
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from contextlib import ExitStack
@@ -14,6 +15,7 @@ from typing import Hashable, Sequence
 
 import torch
 
+from selfevo import heap
 from selfevo.engines.base import ENGINES, RequestSource, render_prompt, truncate_at_stop
 from selfevo.engines import kvcache, lean
 from selfevo.engines.multilora import MultiLoRA
@@ -108,11 +110,15 @@ class HFEngine:
     ``lean``: decode steps of Llama-family models go through :class:`~selfevo.engines.lean.LeanDecoder` (the same
     logits, without transformers' per-module overhead); other models always take the full forward.
     ``counters``: decode steps and rows decoded (their ratio is the mean batch: the requests in flight).
+    ``trim_every``: while serving, free heap pages go back to the OS at most this often (seconds; 0: never): joins
+    and compactions copy KV caches of ever new sizes, whose freed blocks glibc would otherwise keep resident
+    (:mod:`selfevo.heap`; a MAESTRO cpu rollout held 1.5 GB of them).
     """
 
     def __init__(self, store, max_batch: int = 64, compact_below: float = 0.75, packed: bool = True,
-                 join_every: int = 8, lean: bool = True):
+                 join_every: int = 8, lean: bool = True, trim_every: float = 2.0):
         self.store = store
+        self.trim_every = trim_every
         self.lean = lean
         self.packed = packed  # prepacked oneDNN matmuls for frozen bf16 linears when vLLM's CPU ops exist
         self.max_batch = max_batch
@@ -141,6 +147,7 @@ class HFEngine:
         """Serve ``source`` until it has nothing left: take every ready request, decode one step of every running
         row, hand finished rows back (``source.done``, which may make new requests ready), repeat."""
         lanes: dict[str, _Lane] = {}
+        trimmed = time.monotonic()
         with ExitStack() as stack:
             while True:
                 for key, request in source.take():
@@ -154,6 +161,9 @@ class HFEngine:
                 for lane in busy:
                     for key, completion in lane.step():
                         source.done(key, completion)
+                if self.trim_every and time.monotonic() - trimmed >= self.trim_every:
+                    heap.trim()
+                    trimmed = time.monotonic()
 
     @staticmethod
     def _row(request: Request, prompt_ids: list[int]) -> _Row:

@@ -298,3 +298,18 @@ def test_lean_decoder_step_equals_the_model_forward(family):
         full, _ = HFEngine._forward(net, step_ids, step_attn, step_pos, copy.deepcopy(cache))
         hidden, _ = lean.LeanDecoder(net)(step_ids, step_attn, step_pos, copy.deepcopy(cache))
     assert torch.equal(net.get_output_embeddings()(hidden.contiguous()), full)
+
+
+def test_the_heap_is_trimmed_while_serving_and_the_outputs_do_not_change(make_store, monkeypatch):
+    from selfevo import heap
+
+    store = make_store(("a0",))
+    reqs = [Request("a0", MSGS[i % len(MSGS)], SamplingParams(max_new_tokens=6, temperature=1.0), seed=i)
+            for i in range(4)]
+    calls = []
+    monkeypatch.setattr(heap, "trim", lambda: calls.append(1) or True)
+    never = HFEngine(store, trim_every=0).generate(reqs)
+    assert calls == []
+    always = HFEngine(store, trim_every=1e-9).generate(reqs)  # after every decode step
+    assert len(calls) >= 6
+    assert [o.token_ids for o in always] == [o.token_ids for o in never]

@@ -1,0 +1,69 @@
+"""benchmarks/recipe_memory.py: a phase's peak resident size is credited to that phase alone, and a recipe step on
+the tiny model is measured phase by phase with the loop's own methods restored afterwards."""
+import importlib.util
+import json
+import platform
+import sys
+from pathlib import Path
+
+import pytest
+
+import helpers.golden_engine  # noqa: F401  (registers engine "golden")
+from helpers.paths import ROOT
+
+pytestmark = pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self")
+
+
+def _load():
+    """The script, with its own ``common`` (benchmarks/ablations has a module of the same name, which other tests
+    load first); sys.path and sys.modules as they were afterwards."""
+    other = sys.modules.pop("common", None)
+    path = list(sys.path)
+    try:
+        spec = importlib.util.spec_from_file_location("bench_recipe_memory", ROOT / "benchmarks" / "recipe_memory.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path[:] = path
+        sys.modules.pop("common", None)
+        if other is not None:
+            sys.modules["common"] = other
+
+
+rm = _load()
+
+
+def test_a_peak_counts_for_the_phase_it_happened_in():
+    peaks = rm.PhasePeaks()
+    with peaks.phase("update"):
+        block = bytearray(300 * 2**20)
+        block[::4096] = b"\x01" * len(block[::4096])  # touch every page: resident
+        del block
+    with peaks.phase("rollout"):
+        with peaks.phase("reward"):  # nested: the inner phase's own peak
+            small = bytearray(20 * 2**20)
+            small[::4096] = b"\x01" * len(small[::4096])
+            del small
+    got = peaks.finish()
+    assert got["phases"]["update"] - got["phases"]["rollout"] > 0.25  # GiB: the 300 MiB block is update's alone
+    assert got["phases"]["reward"] < got["phases"]["update"] - 0.25
+    assert got["peak_gib"] == max(got["phases"].values())
+    assert list(got["phases"]) == [p for p in rm.PHASES if p in got["phases"]]
+
+
+def test_one_tiny_step_is_measured_by_phase(tmp_path):
+    from selfevo.loop.loop import Loop
+
+    methods = {k: v for k, v in vars(Loop).items() if callable(v)}
+    tasks = tmp_path / "sums.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"q{i}", "domain": "math", "question": f"What is {i} + 1?",
+                                         "reference": str(i + 1)}) + "\n" for i in range(4)))
+    got = rm.measure("grpo", ["model.backbones=[tiny-random]", "model.dtype=float32", "engine.name=golden",
+                              "trainer.tasks_per_step=2", "trainer.prompt_reuse=2", f"data.tasks=[{tasks}]"])
+    assert {"load", "rollout", "reward", "update", "checkpoint", "step"} <= set(got["phases"])
+    assert "eval" not in got["phases"]  # grpo's cpu preset evaluates nothing in the loop
+    assert all(v > 0 for v in got["phases"].values())
+    assert got["peak_gib"] == max(got["phases"].values())
+    assert {k: v for k, v in vars(Loop).items() if callable(v)} == methods  # the loop is left as it was
+    assert "update" in rm.table({"grpo": got}).splitlines()[0]
