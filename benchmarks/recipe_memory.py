@@ -98,7 +98,8 @@ def instrument(peaks: PhasePeaks):
     from selfevo.loop import loop as loop_mod
 
     Loop = loop_mod.Loop
-    saved = {name: getattr(Loop, name) for name in ("__init__", "evaluate", "runner", "run_step", "_update", "end_step")}
+    names = ("__init__", "evaluate", "runner", "run_step", "_update", "end_step")
+    saved = {name: getattr(Loop, name) for name in names}
 
     def runner(self, step):
         r = saved["runner"](self, step)

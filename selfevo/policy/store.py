@@ -5,8 +5,8 @@
 - ``token_logprobs`` scores completions in micro-batches; ``step`` runs a gradient update of one agent only.
 - ``gradient_checkpointing``: an update keeps only each decoder layer's input for the backward pass and runs the
   layer's forward again there (:func:`checkpointed_layers`): the activations of a micro-batch take one layer's
-  worth instead of all layers' (a MAESTRO slate of 4 rows x 700 tokens on the 135M model: ~3.5 GiB without), for
-  one more forward pass per micro-batch; the same gradients (dropout masks are replayed).
+  worth instead of all layers' (one 700-token row on the 135M model: a 1.75 GiB peak without, 1.21 GiB with;
+  docs/benchmarks.md), for one more forward pass per micro-batch; the same gradients (dropout masks replayed).
 - Under ``torchrun`` every rank holds the whole store; ``step`` trains on the rank's share of the rows and sums the
   adapter's gradients over ranks (:mod:`selfevo.distributed`): every rank takes the same optimizer step.
 - Adapters save in PEFT format (``PeftModel.from_pretrained`` loads them) and load back.
