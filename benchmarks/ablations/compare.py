@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import effect  # noqa: E402
 
 from selfevo.config import presets  # noqa: E402
-from selfevo.errors import UsageError  # noqa: E402
+from selfevo.errors import OneLineParser, UsageError  # noqa: E402
 from selfevo.tasks import task_names  # noqa: E402
 
 METHODS = ("sage", "azr", "mae", "grpo")  # effect.ROWS names; a method's cpu-learn row is effect.ROWS[method]
@@ -98,14 +98,17 @@ def check_preset(methods: list[str], preset: str) -> None:
     """Every method has ``preset`` (``selfevo/configs/<method>/<preset>.yaml``) and this script knows its scale."""
     common = sorted(set.intersection(*(set(presets(m)) for m in methods)) & set(SCALES))
     if preset not in SCALES:
-        raise UsageError(f"preset '{preset}' is not one of {', '.join(SCALES)}; for {', '.join(methods)}: "
-                         f"{', '.join(common) or 'none'}")
+        raise UsageError(f"preset '{preset}' is not one of {', '.join(SCALES)}; of these, {', '.join(methods)} "
+                         f"{_has(methods)}: {', '.join(common) or 'none'}")
     missing = [m for m in methods if preset not in presets(m)]
     if missing:
-        raise UsageError(f"{', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no preset '{preset}' "
-                         f"(selfevo/configs/{missing[0]}/{preset}.yaml); presets "
-                         f"{'all of ' * (len(methods) > 1)}{', '.join(methods)} {'has' if len(methods) == 1 else 'have'}"
-                         f" here: {', '.join(common) or 'none'}")
+        raise UsageError(f"{', '.join(missing)} {_has(missing)} no preset '{preset}' (selfevo/configs/{missing[0]}/"
+                         f"{preset}.yaml); presets {'all of ' * (len(methods) > 1)}{', '.join(methods)} "
+                         f"{_has(methods)} here: {', '.join(common) or 'none'}")
+
+
+def _has(names: list[str]) -> str:
+    return "has" if len(names) == 1 else "have"
 
 
 def parse_benchmarks(text: str | None, scale: Scale) -> list[str]:
@@ -166,25 +169,24 @@ def run_all(methods: list[str], preset: str, seeds: list[int], n: int, benchmark
     scale = SCALES[preset]
     settings = [*scale.eval, *evals]
     rows = {m: method_row(m, preset, train[m]) for m in methods}
-    commands: dict[str, dict[int, str]] = {m: {} for m in methods}
-    for m, row in rows.items():
-        for seed in seeds:
-            where = out / (m + scale.suffix) / f"seed{seed}"
-            check_same_command(where, row.command(where, seed))
-            commands[m][seed] = effect.train(row, where, seed, True)
+    runs = [(m, seed, out / (m + scale.suffix) / f"seed{seed}") for m in methods for seed in seeds]
+    commands = {}
+    for m, seed, where in runs:
+        check_same_command(where, rows[m].command(where, seed))
+        commands[m, seed] = effect.train(rows[m], where, seed, True)
+    # one selfevo eval (one model load) per model over every benchmark it lacks
+    base = effect.evaluate_all(out / ("base" + scale.suffix), n, [], True, benchmarks, settings)
+    for m, seed, where in runs:
+        effect.evaluate_all(where / "eval", n, effect.adapter_args(rows[m], where), rows[m].finished(where),
+                            benchmarks, settings)
     raw = {}
     for bench in benchmarks:
-        base = effect.evaluate(out / ("base" + scale.suffix), n, [], True, bench, settings)
-        per_method = {}
-        for m, row in rows.items():
-            per_seed = {}
-            for seed in seeds:
-                where = out / (m + scale.suffix) / f"seed{seed}"
-                done = effect.after_record(row, where, n, base, commands[m][seed], bench, settings)
-                if done is not None:
-                    per_seed[str(seed)] = done
-            per_method[m] = per_seed
-        raw[bench] = {"base": effect.base_record(base, n, bench, settings), "per_seed": per_method}
+        per_seed: dict[str, dict] = {m: {} for m in methods}
+        for m, seed, where in runs:
+            done = effect.after_record(rows[m], where, n, base[bench], commands[m, seed], bench, settings)
+            if done is not None:
+                per_seed[m][str(seed)] = done
+        raw[bench] = {"base": effect.base_record(base[bench], n, bench, settings), "per_seed": per_seed}
     return {"preset": preset, "methods": methods, "seeds": seeds, "n": n, "eval": settings, "benchmarks": build(raw)}
 
 
@@ -245,8 +247,6 @@ def pairwise(pairs: dict) -> str:
 
 # ---- main -------------------------------------------------------------------------------------------------------
 def parser() -> argparse.ArgumentParser:
-    from selfevo.errors import OneLineParser
-
     ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default=None, help=f"comma list of {', '.join(METHODS)} (default: those with the "
                                                      "preset: cpu-learn all four, paper sage,azr,mae)")

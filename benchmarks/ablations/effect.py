@@ -111,9 +111,21 @@ def evaluate(out: Path, n: int, extra: list[str], run: bool, bench: str = BENCH,
              settings: list[str] | tuple[str, ...] = EVAL) -> list[dict] | None:
     """Per-item records (held-out order: ``correct`` 0/1, ``chars`` of the answer) of one evaluation, running it
     first if needed. An evaluation already there of more than ``n`` items is an error (another ``--n``)."""
-    items = out / f"{bench}-vanilla" / "items.jsonl"
-    if run and not items.exists():
-        sh([sys.executable, "-m", "selfevo.cli", "eval", *eval_args(n, bench, settings), f"output_dir={out}", *extra])
+    return evaluate_all(out, n, extra, run, [bench], settings)[bench]
+
+
+def evaluate_all(out: Path, n: int, extra: list[str], run: bool, benches: list[str],
+                 settings: list[str] | tuple[str, ...] = EVAL) -> dict[str, list[dict] | None]:
+    """:func:`evaluate` per benchmark; those not yet in ``out`` run first in one ``selfevo eval`` (one model load)."""
+    items = {bench: out / f"{bench}-vanilla" / "items.jsonl" for bench in benches}
+    missing = [bench for bench, path in items.items() if not path.exists()]
+    if run and missing:
+        sh([sys.executable, "-m", "selfevo.cli", "eval", *eval_args(n, ",".join(missing), settings),
+            f"output_dir={out}", *extra])
+    return {bench: _records(path, n) for bench, path in items.items()}
+
+
+def _records(items: Path, n: int) -> list[dict] | None:
     if not items.exists():
         return None
     records = [json.loads(line) for line in items.read_text().splitlines()]
@@ -170,8 +182,13 @@ def after_record(row: Row, where: Path, n: int, base: list[dict], command: str, 
                  settings: list[str] | tuple[str, ...] = EVAL) -> dict | None:
     """The seed record of the run in ``where``: its final adapter evaluated (once it finished) and paired with
     ``base``; None while it has no evaluation."""
-    after = evaluate(where / "eval", n, [f"adapters=[{where / row.adapter}]"], row.finished(where), bench, settings)
+    after = evaluate(where / "eval", n, adapter_args(row, where), row.finished(where), bench, settings)
     return None if after is None else seed_record(base, after, command, curve(where, row.curve))
+
+
+def adapter_args(row: Row, where: Path) -> list[str]:
+    """The ``selfevo eval`` key that loads the final adapter of ``row``'s run in ``where``."""
+    return [f"adapters=[{where / row.adapter}]"]
 
 
 # ---- rows (pure: from effect.json's records) --------------------------------------------------------------------

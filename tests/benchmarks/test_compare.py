@@ -86,7 +86,8 @@ def test_paper_scale_trains_every_method_on_table_1s_backbone_for_200_steps():
         assert (list(cfg.model.backbones), cfg.trainer.max_steps) == ([compare.PAPER_MODEL], 200), method
     assert list(_config("azr", "paper").protocol.kinds) == ["deduction", "abduction", "induction"]
     assert f"model.backbones=[{compare.PAPER_MODEL}]" in compare.SCALES["paper"].eval
-    assert len(compare.SCALES["paper"].benchmarks) == 9
+    assert compare.parse_benchmarks(None, compare.SCALES["paper"]) == list(compare.TABLE1)  # all registered
+    assert len(compare.TABLE1) == 9
 
 
 def test_cpu_learn_runs_are_effect_pys_rows_in_effect_pys_folders():

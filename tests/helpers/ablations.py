@@ -1,4 +1,4 @@
-"""The scripts of ``benchmarks/ablations`` as modules (each imports its neighbours, so their folder goes on the path)."""
+"""The scripts of ``benchmarks/ablations`` as modules (they import their neighbours: their folder goes on the path)."""
 import importlib.util
 import sys
 
