@@ -3,7 +3,7 @@ the settings' environment restored, and refusals."""
 import os
 
 import pytest
-from test_effect import _load
+from helpers.ablations import load as _load
 
 recheck = _load("effect_recheck")
 
