@@ -98,6 +98,14 @@ def _best(fn, repeats: int) -> float:
     return min(fn() for _ in range(repeats))
 
 
+def _clock(device) -> float:
+    """``time.perf_counter()`` once the device's queued work is done (CUDA kernels run asynchronously)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 # ---- rollout: the engine's joins and decode steps ---------------------------------------------------------------
 def rollout_tables(engine: HFEngine, grid: Grid, max_new_tokens: int) -> tuple[Table, Table]:
     store = engine.store
@@ -131,9 +139,9 @@ def _time_join(lane: _Lane, agents, rows: int, width: int, max_new_tokens: int, 
     lane.waiting = [(i, HFEngine._row(_request(agents, i, max_new_tokens),
                                       [rng.randrange(min(100, vocab - 1), vocab) for _ in range(n)]))
                     for i, n in enumerate(lengths)]
-    start = time.perf_counter()
+    start = _clock(lane.dev)
     lane._join()
-    seconds = time.perf_counter() - start
+    seconds = _clock(lane.dev) - start
     lane._clear()
     return seconds
 
@@ -158,10 +166,10 @@ def _time_decode(lane: _Lane, agents, rows: int, keys: int, steps: int) -> float
     if lane.lora is not None:
         lane.lora.set_rows([r.request.agent for r in lane.rows])
     lane.step()  # warm-up (and the first step's sampling of the zero logits)
-    start = time.perf_counter()
+    start = _clock(lane.dev)
     for _ in range(steps):
         lane.step()
-    seconds = (time.perf_counter() - start) / steps
+    seconds = (_clock(lane.dev) - start) / steps
     swept = kvcache.key_width(lane.cache)
     lane._clear()
     if abs(swept - keys) > steps + 1:
@@ -178,15 +186,15 @@ def update_tables(store, micro_batch: int, grid: Grid, max_new_tokens: int) -> t
     def step(rows: int, width: int) -> float:
         batch = _batch(rows, width, max_new_tokens, vocab)
         adv = torch.randn(rows, generator=torch.Generator().manual_seed(width))[:, None] * batch.loss_mask
-        start = time.perf_counter()
+        start = _clock(store.device)
         policy_step(store, agent, batch, adv, on_policy)
-        return time.perf_counter() - start
+        return _clock(store.device) - start
 
     def scored(width: int) -> float:
         batch = _batch(micro_batch, width, max_new_tokens, vocab)
-        start = time.perf_counter()
+        start = _clock(store.device)
         score(store, agent, batch)
-        return time.perf_counter() - start
+        return _clock(store.device) - start
 
     step(micro_batch, grid.train_widths[0])  # warm-up
     scored(grid.train_widths[0])
