@@ -17,7 +17,7 @@ FIRST_BIN = 16
 
 
 def size_bin(size: int) -> int:
-    """The smallest of 16, 24, 32, 48, 64, 96, 128, … (powers of two and 1.5 × powers of two) that is ≥ ``size``."""
+    """The smallest of 16, 24, 32, 48, 64, 96, 128, … (powers of two and 1.5 × them) that is ≥ ``size``."""
     edge = FIRST_BIN
     while edge < size:
         edge = edge * 3 // 2 if edge & (edge - 1) == 0 else edge * 4 // 3  # 2^k -> 1.5·2^k -> 2^(k+1)

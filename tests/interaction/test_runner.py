@@ -415,7 +415,7 @@ class CountingEngine(SeedEngine):
 
 def test_runner_keeps_the_engines_counts_of_its_own_runs_only():
     engine = CountingEngine()
-    engine.generate([Request("a0", [{"role": "user", "content": "before"}], SAMPLING)])  # counted by the engine, not by the runner
+    engine.generate([Request("a0", [{"role": "user", "content": "before"}], SAMPLING)])  # not the runner's
     runner = Runner(engine, SAMPLING, seed=3)
     runner.run([Episode(t) for t in TASKS], multi_wave)  # 13 requests
     runner.run([Episode(TASKS[0], key="again")], multi_wave)  # 4 more
