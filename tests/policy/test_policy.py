@@ -189,3 +189,19 @@ def test_activation_dtype_lora_matches_peft_forward_and_gradients(make_store):
         for g, r in zip(fast_grads, ref_grads):
             assert (g - r).norm() <= tol * max(r.norm(), 1e-3), (dtype, (g - r).norm(), r.norm())
         assert any(g.abs().sum() > 0 for g in fast_grads)
+
+
+def test_store_counts_its_micro_batches_rows_steps_and_scoring_passes(make_store):
+    """Rows of 5, 9, 3, 7, 2 tokens at micro-batch 2: sorted longest first and cut (9, 7 | 5, 3 | 2), each
+    micro-batch padded to its longest row; one optimizer step of 5 rows; a no-grad score pass counted apart."""
+    from selfevo.optimizers.base import score
+
+    lengths = [5, 9, 3, 7, 2]
+    b = SeqBatch.build([[4] * (n - 1) for n in lengths], [[8]] * len(lengths), 2)
+    store = make_store(("a0",), micro_batch=2)
+    store.step("a0", b, lambda logp, mb: -(logp * mb.loss_mask).sum())
+    assert store.shapes.to_json() == {"optimizer": [[16, 1, 5]], "row": [[16, 5, 26]],
+                                      "train": [[1, 16, 1, 2], [2, 16, 2, 9 + 5]]}
+    before = store.shapes.copy()
+    score(store, "a0", b)  # in the batch's own order: (5, 9 | 3, 7 | 2), no sorting
+    assert (store.shapes - before).to_json() == {"score": [[1, 16, 1, 2], [2, 16, 2, 9 + 7]]}
