@@ -12,7 +12,9 @@ default ``~/.cache/selfevo`` (so ``~/.cache/selfevo/models``). Prepared benchmar
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.util
+import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -20,6 +22,8 @@ from pathlib import Path
 from typing import Callable
 
 from selfevo.errors import SelfevoError
+
+log = logging.getLogger(__name__)
 
 # torch, transformers (and selfevo.attention, which needs them), huggingface_hub and the Gemma parts package are
 # imported inside the functions that use them: the data commands (`selfevo prepare data`, `selfevo report`) read the
@@ -244,6 +248,25 @@ def resolve_device(spec: str = "auto") -> str:
     return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
 
 
+def cpu_has_native(dtype: str) -> bool:
+    """Whether this CPU multiplies ``dtype`` (bfloat16/float16) in hardware (AVX512-BF16/-FP16, AMX) through oneDNN;
+    without it torch converts and runs these matmuls several times slower than float32 (3.5-4x measured on an AVX2
+    AMD EPYC, docs/benchmarks.md). True when torch cannot tell."""
+    import torch
+
+    check = {"bfloat16": "_is_mkldnn_bf16_supported", "float16": "_is_mkldnn_fp16_supported"}[dtype]
+    try:
+        return bool(getattr(torch.ops.mkldnn, check)())
+    except (AttributeError, RuntimeError):
+        return True
+
+
+@functools.cache
+def _warn_slow_half(dtype: str) -> None:
+    log.warning("model.dtype=%s on a CPU without native %s matmuls (no AVX512-BF16/FP16 or AMX): steps run several "
+                "times slower than with model.dtype=float32 (which needs twice the weight memory)", dtype, dtype)
+
+
 def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu", attn_implementation: str = "selfevo_gqa"):
     """A causal LM in eval mode; attention defaults to selfevo's grouped-query kernel (see selfevo.attention)."""
     import torch
@@ -253,6 +276,8 @@ def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu", attn_imp
 
     if attn_implementation == attention.NAME:
         attention.register()
+    if device == "cpu" and dtype in ("bfloat16", "float16") and not cpu_has_native(dtype):
+        _warn_slow_half(dtype)
     model = AutoModelForCausalLM.from_pretrained(resolve(name), dtype=getattr(torch, dtype),
                                                  attn_implementation=attn_implementation)
     return model.to(device).eval()

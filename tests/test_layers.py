@@ -18,8 +18,9 @@ PACKAGE = ROOT / "selfevo"
 
 # Bottom to top. A module belongs to the floor of its longest listed prefix; the bare ``selfevo`` package is floor 0.
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
-    ("ground: plain types, registry, errors, statistics, process group, heap",
-     ("selfevo.types", "selfevo.registry", "selfevo.errors", "selfevo.stats", "selfevo.distributed", "selfevo.heap")),
+    ("ground: plain types, registry, errors, statistics, forward-shape counts, process group, heap",
+     ("selfevo.types", "selfevo.registry", "selfevo.errors", "selfevo.stats", "selfevo.shapes", "selfevo.distributed",
+      "selfevo.heap")),
     ("models, data, checks", ("selfevo.models", "selfevo.attention", "selfevo.verifiers", "selfevo.tasks")),
     ("agents and generation", ("selfevo.roles", "selfevo.interaction", "selfevo.engines", "selfevo.policy")),
     # config sits above the engines: its engine section checks engine.name against the engine registry

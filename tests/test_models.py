@@ -64,3 +64,21 @@ def test_devices_resolve_and_refuse_what_is_not_there(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "3")
     assert resolve_device("auto") == resolve_device("cuda") == "cuda:3"  # torchrun: each rank its own GPU
     assert resolve_device("cpu") == "cpu"
+
+
+def test_half_precision_on_a_cpu_without_it_warns_once_and_float32_never(monkeypatch, caplog):
+    """bfloat16 on a CPU whose oneDNN has no bf16 matmuls (AVX2 only) runs several times slower than float32: a
+    warning that names the key, once per process; float32, or a CPU that has it, loads without one."""
+    import torch
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert models.cpu_has_native("bfloat16") is False
+    models._warn_slow_half.cache_clear()
+    with caplog.at_level("WARNING", logger="selfevo.models"):
+        models.load_model("tiny-random", dtype="bfloat16")
+        models.load_model("tiny-random", dtype="bfloat16")
+        models.load_model("tiny-random", dtype="float32")
+    warned = [r.getMessage() for r in caplog.records if "without native bfloat16" in r.getMessage()]
+    assert len(warned) == 1 and "model.dtype=float32" in warned[0]
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    assert models.cpu_has_native("bfloat16") is True

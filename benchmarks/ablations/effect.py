@@ -19,6 +19,8 @@ steps, training seconds, mean answer length, and its training curve — so ``--t
 compared on fixed held-out slates by ``maestro_selectors.py`` (its row is read from ``maestro_selectors.json``).
 ``--adapters`` copies each row's seed-0 adapter to ``benchmarks/results/adapters/<row>/`` (PEFT format, bf16).
 Intervals: 95% Wilson for accuracies, the normal interval of the paired per-item differences for a change.
+``compare.py`` runs the rows ``sage``, ``azr``, ``mae`` and ``grpo`` side by side with these functions (the same
+folders under the same ``--out``).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from selfevo.errors import UsageError  # noqa: E402
 from selfevo.stats import paired_difference, wilson  # noqa: E402
 
 BENCH = "arith"
@@ -63,6 +66,9 @@ class Row:
 
 COMAS_CURVE = ("verified_accuracy", "precision", "recall")
 SAGE = dict(adapter="adapters/final/sage", curve=("solver_accuracy", "acceptance_rate"))
+AZR = dict(adapter="adapters/final/azr", curve=("valid.deduction", "valid.abduction", "valid.induction",
+                                                "accuracy.deduction"))
+MAE = dict(adapter="adapters/final/mae", curve=("acceptance_rate", "proposer_reward", "reward_by_role.solver"))
 ROWS: dict[str, Row] = {
     "comas": Row("comas", curve=COMAS_CURVE, about="CoMAS, the agents' own scores (Eq. 7-8)"),
     **{f"comas_judge_{p}": Row("comas", ("reward.judge=noisy_judge", f"reward.judge_accuracy={p}"), curve=COMAS_CURVE,
@@ -77,6 +83,8 @@ ROWS: dict[str, Row] = {
                                          "protocol.train_critic=false", "protocol.w_plan=0", "protocol.w_correct=1",
                                          "protocol.w_format=0"),
                                 about="only the Solver trained, on its verifier reward alone", **SAGE),
+    "azr": Row("azr", about="AZR, self-proposed code reasoning tasks (no data)", **AZR),
+    "mae": Row("mae", about="MAE, half reference, the Judge's scores alone", **MAE),
     "grpo": Row("grpo", about="plain GRPO, verifier reward (selfevo)"),
     "trl_grpo": Row("grpo", adapter="adapter", script=("benchmarks/ablations/grpo_vs_trl.py", "--trl-run"),
                     about="plain GRPO, verifier reward (TRL's GRPOTrainer, the same settings)"),
@@ -94,17 +102,43 @@ def shown(cmd: list[str]) -> str:
 
 
 # ---- evaluations and runs ---------------------------------------------------------------------------------------
-def evaluate(out: Path, n: int, extra: list[str], run: bool) -> list[dict] | None:
+def eval_args(n: int, bench: str = BENCH, settings: list[str] | tuple[str, ...] = EVAL) -> list[str]:
+    """``selfevo eval``'s keys for the first ``n`` held-out items of ``bench`` (``n`` 0: all of them)."""
+    return [f"benchmark={bench}", *([f"limit={n}"] if n else []), *settings]
+
+
+def evaluate(out: Path, n: int, extra: list[str], run: bool, bench: str = BENCH,
+             settings: list[str] | tuple[str, ...] = EVAL) -> list[dict] | None:
     """Per-item records (held-out order: ``correct`` 0/1, ``chars`` of the answer) of one evaluation, running it
-    first if needed."""
-    items = out / f"{BENCH}-vanilla" / "items.jsonl"
-    if run and not items.exists():
-        sh([sys.executable, "-m", "selfevo.cli", "eval", f"benchmark={BENCH}", f"limit={n}", f"output_dir={out}",
-            *EVAL, *extra])
+    first if needed. An evaluation already there of more than ``n`` items is an error (another ``--n``)."""
+    return evaluate_all(out, n, extra, run, [bench], settings)[bench]
+
+
+def evaluate_all(out: Path, n: int, extra: list[str], run: bool, benches: list[str],
+                 settings: list[str] | tuple[str, ...] = EVAL) -> dict[str, list[dict] | None]:
+    """:func:`evaluate` per benchmark; those not yet in ``out`` run first in one ``selfevo eval`` (one model load)."""
+    items = {bench: out / f"{bench}-vanilla" / "items.jsonl" for bench in benches}
+    missing = [bench for bench, path in items.items() if not path.exists()]
+    if run and missing:
+        sh([sys.executable, "-m", "selfevo.cli", "eval", *eval_args(n, ",".join(missing), settings),
+            f"output_dir={out}", *extra])
+    return {bench: _records(path, n) for bench, path in items.items()}
+
+
+def _records(items: Path, n: int) -> list[dict] | None:
     if not items.exists():
         return None
     records = [json.loads(line) for line in items.read_text().splitlines()]
+    if n and len(records) > n:
+        raise UsageError(f"{items} holds {len(records)} items, not the first {n}: it was evaluated with another --n "
+                         f"(pass --n {len(records)}, or remove the folder)")
     return [{"correct": float(r["correct"]), "chars": len(r["final_response"] or "")} for r in records]
+
+
+def base_record(base: list[dict], n: int, bench: str = BENCH, settings: list[str] | tuple[str, ...] = EVAL) -> dict:
+    """The untrained model's record: per-item 0/1, mean answer characters, the command."""
+    return {"items": [b["correct"] for b in base], "answer_chars": round(sum(b["chars"] for b in base) / len(base), 1),
+            "command": "selfevo eval " + " ".join(eval_args(n, bench, settings))}
 
 
 def train(row: Row, out: Path, seed: int, run: bool) -> str:
@@ -125,12 +159,17 @@ def curve(out: Path, keys: tuple[str, ...]) -> list[dict]:
 
 
 def _dig(m: dict, key: str):
+    if key in m:  # a flat key with a dot (AZR's "valid.deduction")
+        return m[key]
     for part in key.split("."):
         m = m.get(part) if isinstance(m, dict) else None
     return m
 
 
 def seed_record(before: list[dict], after: list[dict], command: str, steps: list[dict]) -> dict:
+    if len(before) != len(after):
+        raise UsageError(f"{len(after)} items after training, {len(before)} before: the evaluations were run with "
+                         f"different --n")
     correct = [a["correct"] for a in after]
     d = paired_difference([b["correct"] for b in before], correct)
     seconds = [s["step_s"] for s in steps if s.get("step_s")]
@@ -139,12 +178,25 @@ def seed_record(before: list[dict], after: list[dict], command: str, steps: list
             "answer_chars": round(sum(a["chars"] for a in after) / len(after), 1), "curve": steps}
 
 
+def after_record(row: Row, where: Path, n: int, base: list[dict], command: str, bench: str = BENCH,
+                 settings: list[str] | tuple[str, ...] = EVAL) -> dict | None:
+    """The seed record of the run in ``where``: its final adapter evaluated (once it finished) and paired with
+    ``base``; None while it has no evaluation."""
+    after = evaluate(where / "eval", n, adapter_args(row, where), row.finished(where), bench, settings)
+    return None if after is None else seed_record(base, after, command, curve(where, row.curve))
+
+
+def adapter_args(row: Row, where: Path) -> list[str]:
+    """The ``selfevo eval`` key that loads the final adapter of ``row``'s run in ``where``."""
+    return [f"adapters=[{where / row.adapter}]"]
+
+
 # ---- rows (pure: from effect.json's records) --------------------------------------------------------------------
 def row_summary(base: dict, seeds: dict[str, dict], about: str = "", agent: str = "") -> dict:
     """A row over its seeds: ``before``/``after`` (the seed-averaged per-item accuracy) with Wilson intervals (the
     after interval: over the rounded count), the paired change of the seed-averaged items, and the seeds' records."""
     before = base["items"]
-    avg = [sum(col) / len(col) for col in zip(*(s["items"] for s in seeds.values()))]
+    avg = _item_mean([s["items"] for s in seeds.values()])
     n, d = len(before), paired_difference(before, avg)
     return {"n": n, "about": about, "agent": agent, "seeds": sorted(int(s) for s in seeds),
             "before": sum(before) / n, "after": sum(avg) / n, "before_ci": wilson(int(sum(before)), n),
@@ -153,6 +205,23 @@ def row_summary(base: dict, seeds: dict[str, dict], about: str = "", agent: str 
             "chars_before": base.get("answer_chars"),
             "chars_after": _mean([s.get("answer_chars") for s in seeds.values()]),
             "train_s": _mean([s.get("train_s") for s in seeds.values()]), "per_seed": seeds}
+
+
+def seed_average(row: dict, seeds: list[str]) -> list[float]:
+    """The per-item accuracy of ``row`` (a :func:`row_summary`) averaged over ``seeds``."""
+    return _item_mean([row["per_seed"][s]["items"] for s in seeds])
+
+
+def _item_mean(lists: list[list[float]]) -> list[float]:
+    return [sum(col) / len(col) for col in zip(*lists)]
+
+
+def head_to_head(a: dict, b: dict) -> dict | None:
+    """``a − b`` (two :func:`row_summary` rows) on the seed-averaged items, over the seeds both have: ``{"seeds",
+    "n", "diff", "low", "high", "improved", "worsened"}`` (improved: items where ``a`` is ahead); None without a
+    common seed."""
+    both = sorted(set(a["per_seed"]) & set(b["per_seed"]), key=int)
+    return {"seeds": both, **paired_difference(seed_average(b, both), seed_average(a, both))} if both else None
 
 
 def _mean(xs):
@@ -255,17 +324,14 @@ def main() -> None:
     if not args.table_only:
         out = Path(args.out)
         base = evaluate(out / "base", args.n, [], True)
-        record["base"] = {"items": [b["correct"] for b in base], "answer_chars": round(
-            sum(b["chars"] for b in base) / len(base), 1), "command": "selfevo eval " + " ".join(
-            [f"benchmark={BENCH}", f"limit={args.n}", *EVAL])}
+        record["base"] = base_record(base, args.n)
         for name in args.rows:
             row, seeds = ROWS[name], {}
             for seed in args.seeds:
                 where = out / name / f"seed{seed}"
                 command = train(row, where, seed, True)
-                after = evaluate(where / "eval", args.n, [f"adapters=[{where / row.adapter}]"], row.finished(where))
-                if after is not None:
-                    seeds[str(seed)] = seed_record(base, after, command, curve(where, row.curve))
+                if (done := after_record(row, where, args.n, base, command)) is not None:
+                    seeds[str(seed)] = done
                 if args.adapters and seed == 0 and row.finished(where):
                     copy_adapter(where / row.adapter, RESULTS / "adapters" / name)
             if seeds:
@@ -284,5 +350,15 @@ def main() -> None:
     print(md)
 
 
+def one_line(main) -> int:
+    """Run ``main``; a :class:`UsageError` is one line on stderr and exit code 2."""
+    try:
+        main()
+    except UsageError as e:
+        print(f"{Path(sys.argv[0]).name}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(one_line(main))

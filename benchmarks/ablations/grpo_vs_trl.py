@@ -31,8 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from common import fmt_ci, plot_bands  # noqa: E402
-
-from selfevo.stats import paired_difference  # noqa: E402
+from effect import head_to_head  # noqa: E402
 
 PRESET = "cpu-learn"
 RESULTS = Path("benchmarks/results")
@@ -154,12 +153,8 @@ def compare(rows: dict, runs: dict[str, dict[str, list[dict]]]) -> dict:
                      "accuracy": {s: p["accuracy"] for s, p in r["per_seed"].items()},
                      "s_per_step": {s: _median([c["step_s"] for c in runs[name].get(s, [])])
                                     for s in r["per_seed"]}}
-    if {"grpo", "trl_grpo"} <= set(rows):
-        both = sorted(set(rows["grpo"]["per_seed"]) & set(rows["trl_grpo"]["per_seed"]))
-        if both:
-            avg = lambda r: [sum(c) / len(c) for c in zip(*(r["per_seed"][s]["items"] for s in both))]  # noqa: E731
-            h2h = paired_difference(avg(rows["trl_grpo"]), avg(rows["grpo"]))
-            out["selfevo_minus_trl"] = {"seeds": both, **h2h}
+    if {"grpo", "trl_grpo"} <= set(rows) and (h2h := head_to_head(rows["grpo"], rows["trl_grpo"])) is not None:
+        out["selfevo_minus_trl"] = h2h
     return out
 
 

@@ -20,6 +20,7 @@ from selfevo.engines.base import ENGINES, RequestSource, render_prompt, truncate
 from selfevo.engines import kvcache, lean
 from selfevo.engines.multilora import MultiLoRA
 from selfevo.engines.packed import PackedLinears
+from selfevo.shapes import Shapes
 from selfevo.types import Completion, Request
 
 
@@ -113,6 +114,8 @@ class HFEngine:
     ``trim_every``: while serving, free heap pages go back to the OS at most this often (seconds; 0: never): joins
     and compactions copy KV caches of ever new sizes, whose freed blocks glibc would otherwise keep resident
     (:mod:`selfevo.heap`; a MAESTRO cpu rollout held 1.5 GB of them).
+    ``shapes``: the forwards run (:class:`~selfevo.shapes.Shapes`: ``prefill`` by rows joining and padded prompt
+    width, ``decode`` by rows in the forward and keys swept, ``merge``/``compact`` KV-cache copies by rows and width).
     """
 
     def __init__(self, store, max_batch: int = 64, compact_below: float = 0.75, packed: bool = True,
@@ -125,6 +128,7 @@ class HFEngine:
         self.compact_below = compact_below
         self.join_every = join_every
         self.counters = {"decode_steps": 0, "decode_rows": 0, "prefill_tokens": 0}
+        self.shapes = Shapes()
 
     @classmethod
     def from_config(cls, section, store, dtype: str, workdir: str | None = None) -> "HFEngine":
@@ -283,6 +287,7 @@ class _Lane:
         self.engine.counters["decode_steps"] += 1
         self.engine.counters["decode_rows"] += len(keep)
         self.logits, self.cache = self._decode(step_ids)
+        self.engine.shapes.add("decode", step_ids.shape[0], size=kvcache.key_width(self.cache))
         return finished
 
     def _decode(self, ids: torch.Tensor):
@@ -313,6 +318,7 @@ class _Lane:
         ids, attn = (t.to(self.dev) for t in left_pad([r.prompt_ids for r in rows], self.tok.pad_token_id))
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         self.engine.counters["prefill_tokens"] += int(attn.sum())
+        self.engine.shapes.add("prefill", len(rows), size=ids.shape[1])
         if self.lora is not None:
             self.lora.set_rows([r.request.agent for r in rows])
         reserve = 0 if running else ids.shape[1] + max(r.request.sampling.max_new_tokens for r in rows)
@@ -338,6 +344,7 @@ class _Lane:
             temps, top_ps = torch.cat([self.temps[sel], temps]), torch.cat([self.top_ps[sel], top_ps])
             rows = [self.rows[j] for j in running] + rows
             joining = [(self.keys[j], self.rows[j]) for j in running] + joining
+            self.engine.shapes.add("merge", len(rows), size=kvcache.key_width(cache))
         self.rows, self.keys = rows, [k for k, _ in joining]
         self.attn, self.pos, self.logits, self.cache, self.temps, self.top_ps = attn, pos, logits, cache, temps, top_ps
         if self.lora is not None:
@@ -355,6 +362,7 @@ class _Lane:
             lead = _lead(self.attn)
             self.attn = self.attn[:, lead:]
         kvcache.select_rows(self.cache, sel, lead)
+        self.engine.shapes.add("compact", len(keep), size=kvcache.key_width(self.cache))
         if self.lora is not None:
             self.lora.set_rows([r.request.agent for r in self.rows])
 

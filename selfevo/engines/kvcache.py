@@ -70,6 +70,13 @@ def growing_cache(config, capacity: int = 0) -> DynamicCache:
     return cache
 
 
+def key_width(cache: DynamicCache) -> int:
+    """The keys a decode step's attention sweeps, averaged over the layers (rounded): a growing layer's whole
+    buffer (spare capacity included, see the module doc), another layer's cached keys (a sliding window's)."""
+    widths = [layer.keys.shape[-2] for layer in cache.layers if getattr(layer, "keys", None) is not None]
+    return round(sum(widths) / len(widths)) if widths else 0
+
+
 # ---- continuous batching: rows leave and join a live cache ------------------------------------------------------
 def mergeable(cache: DynamicCache) -> bool:
     """Whether rows can join this cache mid-flight: every layer keeps all keys (full attention). A sliding-window

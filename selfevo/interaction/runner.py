@@ -37,6 +37,7 @@ from typing import Any, Callable, Generator, Iterable, Sequence
 from selfevo import distributed
 from selfevo.interaction.episodes import Episode, Turn
 from selfevo.roles.base import Parsed, Role
+from selfevo.shapes import Shapes
 from selfevo.types import Completion, Request, SamplingParams, Task
 
 Program = Callable[[Episode], Generator["Ask | list[Ask]", "Turn | list[Turn]", None]]
@@ -110,8 +111,9 @@ class Runner:
     every wave, and with continuous batching after finished requests (at most every ``status_every`` seconds).
     ``calls`` / ``generations`` / ``tokens`` count waves (engine calls), requests sent and tokens generated (in a
     data-parallel run: the most calls of any rank, the requests and tokens of all ranks; the engine's decode
-    counters, :attr:`concurrency`, are this rank's). ``shard=False``: every rank runs every episode itself (no
-    collective calls). ``continuous``: None = when the engine can (``engine.stream``).
+    counters, :attr:`concurrency`, and its forward ``shapes`` (:class:`~selfevo.shapes.Shapes`) are this rank's).
+    ``shard=False``: every rank runs every episode itself (no collective calls). ``continuous``: None = when the
+    engine can (``engine.stream``).
     """
 
     def __init__(self, engine, sampling: SamplingParams, seed: int | str = 0,
@@ -126,6 +128,7 @@ class Runner:
         self.continuous = can if continuous is None else continuous
         self.calls = self.generations = self.tokens = 0
         self.decode_steps = self.decode_rows = self.prefill_tokens = 0  # from the engine's counters, if it keeps them
+        self.shapes = Shapes()  # the engine's forward shapes (selfevo.shapes), if it counts them
 
     def run(self, episodes: Sequence[Episode], program: Program, label: str = "") -> list[Episode]:
         """Run ``program`` on every episode to the end; returns the episodes (their turns appended). In a
@@ -136,6 +139,8 @@ class Runner:
             raise ValueError("episodes run together need distinct keys (they key the request seeds)")
         counters = getattr(self.engine, "counters", None)
         before = dict(counters) if isinstance(counters, dict) else None
+        shapes = getattr(self.engine, "shapes", None)
+        shapes_before = shapes.copy() if isinstance(shapes, Shapes) else None
         try:
             return self._run_all(episodes, program, label)
         finally:
@@ -143,6 +148,8 @@ class Runner:
                 self.decode_steps += counters.get("decode_steps", 0) - before.get("decode_steps", 0)
                 self.decode_rows += counters.get("decode_rows", 0) - before.get("decode_rows", 0)
                 self.prefill_tokens += counters.get("prefill_tokens", 0) - before.get("prefill_tokens", 0)
+            if shapes_before is not None:
+                self.shapes += shapes - shapes_before
 
     @property
     def concurrency(self) -> float | None:

@@ -10,6 +10,8 @@
 - Under ``torchrun`` every rank holds the whole store; ``step`` trains on the rank's share of the rows and sums the
   adapter's gradients over ranks (:mod:`selfevo.distributed`): every rank takes the same optimizer step.
 - Adapters save in PEFT format (``PeftModel.from_pretrained`` loads them) and load back.
+- ``shapes`` (:class:`~selfevo.shapes.Shapes`) counts the passes run on this rank: ``train`` micro-batches (rows,
+  padded width) and their rows (``row``: tokens), ``optimizer`` steps (rows), no-grad ``score`` micro-batches.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from selfevo.policy.adamw import CompactAdamW
 from selfevo.policy.batch import SeqBatch
 from selfevo.policy.logprobs import chosen_entropy, chosen_logprobs
 from selfevo.policy.lora_compute import ActivationDtypeLoRA
+from selfevo.shapes import Shapes
 from selfevo.types import Request
 
 # peft is imported inside the methods that use it: it loads sympy (through torch's symbolic shapes), which the
@@ -86,6 +89,7 @@ class PolicyStore:
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.versions: dict[str, int] = {}
         self.references: dict[str, str] = {}  # agent -> its frozen reference adapter (:meth:`add_reference`)
+        self.shapes = Shapes()  # the passes run (see the module doc)
 
     # ---- set-up -----------------------------------------------------------------------------------------------
     def backbone(self, name: str) -> Backbone:
@@ -170,6 +174,8 @@ class PolicyStore:
         positions; e.g. CLPO's entropy bonus), as ``(logp, entropy)``.
         """
         name = self.agent_backbone[agent] if agent is not None else (backbone or next(iter(self.backbones)))
+        if not torch.is_grad_enabled():
+            self.shapes.add("score", batch.input_ids.shape[0], size=batch.input_ids.shape[1])
         with self._policy(agent, name) as bb:
             lm = bb.causal_lm
             head = lm.get_output_embeddings().weight
@@ -230,10 +236,12 @@ class PolicyStore:
         bb.model.train()
         opt = self.optimizer(agent)
         opt.zero_grad(set_to_none=True)
-        total = 0.0
+        total, rows = 0.0, 0
         recompute = lambda layer: ActivationDtypeLoRA(layer, agent)  # noqa: E731  (what _policy does)
         with checkpointed_layers(bb.causal_lm, recompute) if self.gradient_checkpointing else contextlib.nullcontext():
             for mb in self.local_micro_batches(batch):
+                self._count_train(mb)
+                rows += mb.input_ids.shape[0]
                 if entropy:
                     logp, ent = self.token_logprobs(agent, mb, entropy=True)
                     loss = loss_fn(logp, mb, ent)
@@ -245,12 +253,18 @@ class PolicyStore:
         distributed.all_reduce_grads(params)
         total = distributed.all_reduce_sum(total)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
+        self.shapes.add("optimizer", size=rows)
         if math.isfinite(grad_norm):
             opt.step()
             self.versions[agent] += 1
         opt.zero_grad(set_to_none=True)
         bb.model.eval()
         return {"loss": total, "grad_norm": grad_norm, "skipped": not math.isfinite(grad_norm)}
+
+    def _count_train(self, mb: SeqBatch) -> None:
+        self.shapes.add("train", mb.input_ids.shape[0], size=mb.input_ids.shape[1])
+        for n in mb.attention_mask.sum(-1).tolist():
+            self.shapes.add("row", size=n)
 
     # ---- persistence ------------------------------------------------------------------------------------------
     def save_adapter(self, agent: str, path: str | Path, zero: bool = False) -> Path:

@@ -1,24 +1,11 @@
 """benchmarks/ablations/effect.py and grpo_vs_trl.py: rows over seeds on hand-worked numbers, the table rebuilt from
 the JSON alone, and the rows' commands."""
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers.ablations import load as _load
 from helpers.paths import ROOT
-
-ABLATIONS = ROOT / "benchmarks" / "ablations"
-
-
-def _load(name):
-    sys.path.insert(0, str(ABLATIONS))
-    spec = importlib.util.spec_from_file_location(f"ablation_{name}", ABLATIONS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
 
 effect = _load("effect")
 grpo_vs_trl = _load("grpo_vs_trl")

@@ -7,6 +7,7 @@ from selfevo.engines.base import render_prompt
 from selfevo.engines.hf import HFEngine, sample_next
 from selfevo.engines.multilora import MultiLoRA
 from selfevo.policy import SeqBatch
+from selfevo.shapes import size_bin
 from selfevo.types import Request, SamplingParams
 
 GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
@@ -199,6 +200,12 @@ def test_rows_joining_mid_flight_get_what_they_would_alone(make_store, max_batch
         assert max(abs(a - b) for a, b in zip(got.logprobs, ref.logprobs)) < 1e-4
     assert engine.counters["decode_steps"] > 0
     assert engine.counters["decode_rows"] / engine.counters["decode_steps"] > 1  # rows shared decode steps
+    shapes = engine.shapes.to_json()
+    assert sum(n for _, _, n, _ in shapes["decode"]) == engine.counters["decode_steps"]
+    assert sum(rows * n for rows, _, n, _ in shapes["decode"]) >= engine.counters["decode_rows"]  # + rows not dropped
+    assert sum(rows * width for rows, _, _, width in shapes["prefill"]) >= engine.counters["prefill_tokens"]  # padding
+    if max_batch == 64:
+        assert shapes["merge"]  # rows joined a running batch
 
 
 def test_multilora_set_rows_serves_a_new_batch(make_store):
@@ -313,3 +320,22 @@ def test_the_heap_is_trimmed_while_serving_and_the_outputs_do_not_change(make_st
     always = HFEngine(store, trim_every=1e-9).generate(reqs)  # after every decode step
     assert len(calls) >= 6
     assert [o.token_ids for o in always] == [o.token_ids for o in never]
+
+
+def test_engine_counts_the_shapes_of_its_forwards(make_store):
+    """One join of three prompts left-padded to the longest (W), then n - 1 decode steps of three rows, each
+    sweeping the growing cache's whole buffer: max(2·W, W + n) keys (it doubles on its first fill)."""
+    store = make_store(("a0",))
+    n = 5
+    sp = SamplingParams(max_new_tokens=n, temperature=0.0, ignore_eos=True)
+    reqs = [Request("a0", m, sp) for m in MSGS[:3]]
+    engine = HFEngine(store)
+    outs = engine.generate(reqs)
+    assert all(len(o.token_ids) == n for o in outs)
+    width = max(len(o.prompt_ids) for o in outs)
+    keys = max(2 * width, width + n)
+    shapes = engine.shapes.to_json()
+    assert shapes["prefill"] == [[3, size_bin(width), 1, width]]
+    assert shapes["decode"] == [[3, size_bin(keys), n - 1, (n - 1) * keys]]
+    assert set(shapes) == {"prefill", "decode"}  # nothing joined a running batch, no row left early
+    assert engine.counters["prefill_tokens"] == sum(len(o.prompt_ids) for o in outs) < 3 * width

@@ -7,7 +7,8 @@ import pytest
 from selfevo.interaction import Ask, Episode, Runner, Turn, ask, request_seed, run_episodes
 from selfevo.roles.base import Parsed
 from selfevo.roles.comas import Scorer, Solver
-from selfevo.types import Completion, SamplingParams, Task
+from selfevo.shapes import Shapes
+from selfevo.types import Completion, Request, SamplingParams, Task
 
 TASKS = [Task(f"t{i}", "math", f"What is {i}+{i}?", str(2 * i)) for i in range(4)]
 SAMPLING = SamplingParams(max_new_tokens=32, temperature=0.9, top_p=0.8)
@@ -392,3 +393,32 @@ def test_an_engine_dropping_a_request_is_an_error():
 
     with pytest.raises(RuntimeError, match="still waiting"):
         Runner(Dropping(), SAMPLING).run([Episode(t) for t in TASKS[:2]], two_waves)
+
+
+class CountingEngine(SeedEngine):
+    """Counts like the HF engine: decode counters and forward shapes, one prefill and one decode per request."""
+
+    def __init__(self):
+        super().__init__()
+        self.counters = {"decode_steps": 0, "decode_rows": 0, "prefill_tokens": 0}
+        self.shapes = Shapes()
+
+    def generate(self, requests):
+        for r in requests:
+            self.counters["decode_steps"] += 1
+            self.counters["decode_rows"] += 1
+            self.counters["prefill_tokens"] += 2
+            self.shapes.add("prefill", 1, size=2)
+            self.shapes.add("decode", 1, size=40)
+        return super().generate(requests)
+
+
+def test_runner_keeps_the_engines_counts_of_its_own_runs_only():
+    engine = CountingEngine()
+    engine.generate([Request("a0", [{"role": "user", "content": "before"}], SAMPLING)])  # not the runner's
+    runner = Runner(engine, SAMPLING, seed=3)
+    runner.run([Episode(t) for t in TASKS], multi_wave)  # 13 requests
+    runner.run([Episode(TASKS[0], key="again")], multi_wave)  # 4 more
+    assert runner.shapes.to_json() == {"decode": [[1, 48, 17, 17 * 40]], "prefill": [[1, 16, 17, 34]]}
+    assert (runner.decode_steps, runner.prefill_tokens, runner.concurrency) == (17, 34, 1.0)
+    assert not Runner(SeedEngine(), SAMPLING).shapes  # an engine without shapes: nothing

@@ -272,3 +272,21 @@ def test_a_run_logs_only_its_own_sandbox_jobs(tmp_path):
                      "data.n_code=0", "data.n_science=0", f"output_dir={out}"]) == 0
     (m,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert "sandbox_fs" not in m  # math tasks only: no code was verified during the run
+
+
+def test_step_timing_carries_the_shapes_where_they_are_counted():
+    from types import SimpleNamespace
+
+    from selfevo.loop.loop import rollout_timing, update_timing
+    from selfevo.shapes import Shapes
+
+    shapes = Shapes()
+    shapes.add("decode", 2, size=100)
+    counted = SimpleNamespace(tokens=10, concurrency=2.0, prefill_tokens=30, shapes=shapes)
+    assert rollout_timing(1.234, counted) == {"rollout_s": 1.23, "rollout_tokens": 10, "concurrency": 2.0,
+                                               "prefill_tokens": 30, "rollout_shapes": {"decode": [[2, 128, 1, 100]]}}
+    uncounted = SimpleNamespace(tokens=10, concurrency=None, prefill_tokens=0, shapes=Shapes())
+    assert rollout_timing(1.0, uncounted) == {"rollout_s": 1.0, "rollout_tokens": 10}
+    train = {"a0": {"tokens": 7}, "a1": {"tokens": 5}}
+    assert update_timing(2.0, train) == update_timing(2.0, train, Shapes()) == {"update_s": 2.0, "update_tokens": 12}
+    assert update_timing(2.0, train, shapes)["update_shapes"] == {"decode": [[2, 128, 1, 100]]}

@@ -251,3 +251,17 @@ def test_gradient_checkpointing_keeps_no_activations_inside_the_layers_and_is_un
     assert max(checkpointed) <= layer_input  # at most the layer's input, for the replay
     assert min(plain) > 10 * layer_input  # every intermediate of the layer
     assert not bb.causal_lm.is_gradient_checkpointing  # undone on exit
+def test_store_counts_its_micro_batches_rows_steps_and_scoring_passes(make_store):
+    """Rows of 5, 9, 3, 7, 2 tokens at micro-batch 2: sorted longest first and cut (9, 7 | 5, 3 | 2), each
+    micro-batch padded to its longest row; one optimizer step of 5 rows; a no-grad score pass counted apart."""
+    from selfevo.optimizers.base import score
+
+    lengths = [5, 9, 3, 7, 2]
+    b = SeqBatch.build([[4] * (n - 1) for n in lengths], [[8]] * len(lengths), 2)
+    store = make_store(("a0",), micro_batch=2)
+    store.step("a0", b, lambda logp, mb: -(logp * mb.loss_mask).sum())
+    assert store.shapes.to_json() == {"optimizer": [[16, 1, 5]], "row": [[16, 5, 26]],
+                                      "train": [[1, 16, 1, 2], [2, 16, 2, 9 + 5]]}
+    before = store.shapes.copy()
+    score(store, "a0", b)  # in the batch's own order: (5, 9 | 3, 7 | 2), no sorting
+    assert (store.shapes - before).to_json() == {"score": [[1, 16, 1, 2], [2, 16, 2, 9 + 7]]}
