@@ -5,7 +5,8 @@ in a subprocess under each kernel setting that stands in for a different machine
   any AVX);
 - ``MKL_ENABLE_INSTRUCTIONS=AVX2`` and ``ONEDNN_MAX_CPU_ISA=AVX2``: the BLAS and oneDNN code paths of an AVX2-only
   CPU (an AMD Zen 2/3 or an older Xeon);
-- ``OMP_NUM_THREADS=1`` and ``2``: other summation orders in multi-threaded reductions.
+- ``OMP_NUM_THREADS=1`` and ``2``: other summation orders in multi-threaded reductions (native kernels at 2 threads
+  are the main suite's own setting, tests/conftest.py, so they are not run twice).
 
 A pin that holds only on the machine it was written on fails here, on any machine. The files below are every test
 file with a tolerance under 1e-6, a bit-for-bit comparison (``torch.equal``) or a golden checksum of a float that
@@ -35,7 +36,6 @@ SETTINGS = {
     "mkl-onednn-avx2-1thread": {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
                                 "OMP_NUM_THREADS": "1"},
     "native-1thread": {"OMP_NUM_THREADS": "1"},
-    "native-2threads": {"OMP_NUM_THREADS": "2"},
 }
 
 

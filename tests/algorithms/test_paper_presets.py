@@ -1,8 +1,10 @@
 """Every paper preset executes one full step on this CPU with the paper's agent counts, batch sizes, rounds and
-optimizer settings; only the model (tiny-random), the data source (local files), the token limits (32 new tokens,
-rollouts and in-loop evaluation) and the engine (hf: the presets name vLLM for GPUs, and vLLM's CPU build cannot
-serve tiny-random's head_dim 16) are changed, plus what the token limit forces: a random model never stops within
-32 tokens, so every completion is cut and the presets' ``trainer.mask_truncated=true`` (CoMAS's released code)
+optimizer settings; only the model (tiny-random, in float32: bf16 runs several times slower on CPUs without
+native bf16 matmuls, and the GPU dtype is checked below with the engine arguments), the data source (local files),
+the token limits (4 new tokens, rollouts and in-loop evaluation: the step's shapes do not depend on it, its time
+does) and the engine (hf: the presets name vLLM for GPUs, and vLLM's CPU build cannot serve tiny-random's head_dim
+16) are changed, plus what the token limit forces: a random model never stops within 4 tokens, so every completion
+is cut and the presets' ``trainer.mask_truncated=true`` (CoMAS's released code)
 would leave nothing to update; ``mask_truncated=false`` lets the update run on the paper's batch settings. Each run
 writes its metrics line, whose shape is checked against the paper's numbers. A random model writes no parsable
 score, question or selection: the rewards are those of parse failures (what the step does with them is tested with
@@ -14,8 +16,8 @@ import pytest
 
 from selfevo import cli
 
-TINY = ["model.backbones=[tiny-random]", "data.source=local", "sampling.max_new_tokens=32",
-        "eval.max_new_tokens=32", "engine.name=hf", "trainer.max_steps=1", "trainer.mask_truncated=false"]
+TINY = ["model.backbones=[tiny-random]", "model.dtype=float32", "data.source=local", "sampling.max_new_tokens=4",
+        "eval.max_new_tokens=4", "engine.name=hf", "trainer.max_steps=1", "trainer.mask_truncated=false"]
 
 
 def _run(recipe: str, out, *extra: str) -> tuple[dict, list[dict]]:
