@@ -4,8 +4,8 @@ native bf16 matmuls, and the GPU dtype is checked below with the engine argument
 the token limits (4 new tokens, rollouts and in-loop evaluation: the step's shapes do not depend on it, its time
 does) and the engine (hf: the presets name vLLM for GPUs, and vLLM's CPU build cannot serve tiny-random's head_dim
 16) are changed, plus what the token limit forces: a random model never stops within 4 tokens, so every completion
-is cut and the presets' ``trainer.mask_truncated=true`` (CoMAS's released code)
-would leave nothing to update; ``mask_truncated=false`` lets the update run on the paper's batch settings. Each run
+is cut and the presets' ``trainer.mask_truncated=true`` (CoMAS's released code) would leave nothing to update;
+``mask_truncated=false`` lets the update run on the paper's batch settings. Each run
 writes its metrics line, whose shape is checked against the paper's numbers. A random model writes no parsable
 score, question or selection: the rewards are those of parse failures (what the step does with them is tested with
 scripted engines elsewhere); here the shapes, the schedule and the update are what is exercised.

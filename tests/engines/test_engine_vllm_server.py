@@ -363,8 +363,8 @@ def test_cli_step_through_the_server_and_a_crash_mid_step_keeps_the_checkpoint(f
 def test_real_server_runs_a_comas_step_and_is_stopped(tmp_path, capsys):
     out = tmp_path / "run"
     t0 = time.time()
-    rc = cli.main(["run", "comas", "engine.name=vllm_server", "model.dtype=float32", "trainer.max_steps=1", "trainer.tasks_per_step=2",
-                   "sampling.max_new_tokens=16", f"output_dir={out}"])
+    rc = cli.main(["run", "comas", "engine.name=vllm_server", "model.dtype=float32", "trainer.max_steps=1",
+                   "trainer.tasks_per_step=2", "sampling.max_new_tokens=16", f"output_dir={out}"])
     wall = time.time() - t0
     assert rc == 0
     rows = json.loads((out / "engine" / "servers.json").read_text())
