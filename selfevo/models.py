@@ -16,6 +16,7 @@ import functools
 import importlib.util
 import logging
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,16 +237,18 @@ DEVICES = ("auto", "cpu", "cuda")
 
 def resolve_device(spec: str = "auto") -> str:
     """Where models live: ``cuda`` is this process's GPU (``cuda:$LOCAL_RANK``, so torchrun gives each rank its
-    own), ``auto`` that GPU when CUDA is available, else ``cpu``. ``cuda`` without CUDA is a one-line ValueError."""
+    own), ``auto`` that GPU when CUDA is available, else ``cpu``; an already resolved ``cuda:N`` stays as it is
+    (resolving twice changes nothing). ``cuda`` without CUDA is a one-line ValueError."""
     import torch
 
-    if spec not in DEVICES:
+    resolved = re.fullmatch(r"cuda:\d+", spec) is not None
+    if spec not in DEVICES and not resolved:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {spec!r}")
     if spec == "cpu" or (spec == "auto" and not torch.cuda.is_available()):
         return "cpu"
     if not torch.cuda.is_available():
-        raise ValueError(f"device=cuda, but CUDA is not available here (torch {torch.__version__})")
-    return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        raise ValueError(f"device={spec}, but CUDA is not available here (torch {torch.__version__})")
+    return spec if resolved else f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
 
 
 def cpu_has_native(dtype: str) -> bool:

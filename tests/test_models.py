@@ -64,6 +64,11 @@ def test_devices_resolve_and_refuse_what_is_not_there(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "3")
     assert resolve_device("auto") == resolve_device("cuda") == "cuda:3"  # torchrun: each rank its own GPU
     assert resolve_device("cpu") == "cpu"
+    # resolving twice changes nothing (the loop resolves model.device, then the store it builds resolves again)
+    assert resolve_device(resolve_device("auto")) == resolve_device("cuda:3") == "cuda:3"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        resolve_device("cuda:0")
 
 
 def test_half_precision_on_a_cpu_without_it_warns_once_and_float32_never(monkeypatch, caplog):

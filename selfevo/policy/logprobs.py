@@ -13,8 +13,9 @@ import torch
 class _ChosenLogProb(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int):
-        out = torch.empty(hidden.shape[0], dtype=torch.float32)
-        probs = torch.empty(hidden.shape[0], weight.shape[0], dtype=hidden.dtype) if ctx.needs_input_grad[0] else None
+        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        probs = (torch.empty(hidden.shape[0], weight.shape[0], dtype=hidden.dtype, device=hidden.device)
+                 if ctx.needs_input_grad[0] else None)
         for s in range(0, hidden.shape[0], chunk):
             logp = torch.log_softmax(hidden[s:s + chunk] @ weight.t(), dim=-1, dtype=torch.float32)  # fused upcast
             out[s:s + chunk] = logp.gather(-1, targets[s:s + chunk, None]).squeeze(-1)
@@ -28,7 +29,7 @@ class _ChosenLogProb(torch.autograd.Function):
         probs, weight, targets = ctx.saved_tensors
         g = grad_out.to(probs.dtype)
         grad_logits = probs.mul_(-g[:, None])
-        grad_logits[torch.arange(len(targets)), targets] += g
+        grad_logits[torch.arange(len(targets), device=targets.device), targets] += g
         return grad_logits @ weight, None, None, None
 
 
@@ -51,7 +52,7 @@ class _Entropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, chunk: int):
-        out = torch.empty(hidden.shape[0], dtype=torch.float32)
+        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         for s in range(0, hidden.shape[0], chunk):
             logp = torch.log_softmax(hidden[s:s + chunk] @ weight.t(), dim=-1, dtype=torch.float32)
             out[s:s + chunk] = -(logp.exp() * logp).sum(-1)

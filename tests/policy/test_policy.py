@@ -168,10 +168,13 @@ def test_right_padded_rows_score_as_alone_without_a_padding_mask(make_store):
 
 def test_activation_dtype_lora_matches_peft_forward_and_gradients(make_store):
     """The training-time LoRA forward (A, B cast to the activations' dtype, the up-projection accumulated into the
-    base output in one addmm) gives PEFT's outputs and LoRA gradients: exactly in fp32, to bf16 precision in bf16."""
+    base output in one addmm) gives PEFT's outputs and LoRA gradients: exactly in fp32 (the exactness check), to
+    bf16 precision in bf16 (a sanity check). bf16 rounding differs between CPUs: on a Xeon with AMX (torch 2.11) one
+    LoRA gradient differed from PEFT's by 10% of its norm, on AVX2 machines by under 5%; a wrong term or scale
+    gives errors of the order of the gradient itself, so the bf16 bound is 20%."""
     from selfevo.policy.lora_compute import ActivationDtypeLoRA
 
-    for dtype, tol in (("float32", 1e-5), ("bfloat16", 0.05)):
+    for dtype, out_tol, tol in (("float32", 1e-5, 1e-5), ("bfloat16", 0.05, 0.2)):
         store = make_store(("a0",), dtype=dtype)
         randomize_adapters(store, std=0.3)
         bb = store.backbones["tiny-random"]
@@ -187,7 +190,7 @@ def test_activation_dtype_lora_matches_peft_forward_and_gradients(make_store):
             logits.logsumexp(-1).sum().backward()
             results.append((logits.detach(), [p.grad.clone() for p in params]))
         (fast_out, fast_grads), (ref_out, ref_grads) = results
-        torch.testing.assert_close(fast_out, ref_out, atol=tol, rtol=tol)
+        torch.testing.assert_close(fast_out, ref_out, atol=out_tol, rtol=out_tol)
         for g, r in zip(fast_grads, ref_grads):
             assert (g - r).norm() <= tol * max(r.norm(), 1e-3), (dtype, (g - r).norm(), r.norm())
         assert any(g.abs().sum() > 0 for g in fast_grads)
@@ -251,6 +254,8 @@ def test_gradient_checkpointing_keeps_no_activations_inside_the_layers_and_is_un
     assert max(checkpointed) <= layer_input  # at most the layer's input, for the replay
     assert min(plain) > 10 * layer_input  # every intermediate of the layer
     assert not bb.causal_lm.is_gradient_checkpointing  # undone on exit
+
+
 def test_store_counts_its_micro_batches_rows_steps_and_scoring_passes(make_store):
     """Rows of 5, 9, 3, 7, 2 tokens at micro-batch 2: sorted longest first and cut (9, 7 | 5, 3 | 2), each
     micro-batch padded to its longest row; one optimizer step of 5 rows; a no-grad score pass counted apart."""
@@ -265,3 +270,14 @@ def test_store_counts_its_micro_batches_rows_steps_and_scoring_passes(make_store
     before = store.shapes.copy()
     score(store, "a0", b)  # in the batch's own order: (5, 9 | 3, 7 | 2), no sorting
     assert (store.shapes - before).to_json() == {"score": [[1, 16, 1, 2], [2, 16, 2, 9 + 7]]}
+
+
+def test_chosen_logprobs_and_entropy_stay_on_the_inputs_device():
+    """Outputs, saved tensors and gradients live where the hidden states do (a CPU-allocated buffer broke the
+    update on CUDA): checked here on the meta device, which refuses any copy to or from the CPU."""
+    hidden = torch.randn(5, 8, device="meta", requires_grad=True)
+    weight, targets = torch.randn(11, 8, device="meta"), torch.zeros(5, dtype=torch.long, device="meta")
+    logp, ent = chosen_logprobs(hidden, weight, targets, chunk=2), chosen_entropy(hidden, weight, chunk=2)
+    assert logp.device.type == ent.device.type == "meta"
+    (logp.sum() + ent.sum()).backward()
+    assert hidden.grad.device.type == "meta"
