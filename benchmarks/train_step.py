@@ -1,16 +1,24 @@
 """One LoRA policy-gradient update of the policy store on the embedded model: 32 sequences × 256 tokens.
 
     .venv/bin/python benchmarks/train_step.py [--seqs 32] [--len 256] [--micro-batch 8] [--repeats 2]
+                                              [--dtype bfloat16|float32] [--checkpointing-cost]
 
 Keys: train_tok_s (selfevo: PolicyStore.step with a REINFORCE++-style clipped loss, forward + backward + AdamW),
 achieved_gflops (4 × all parameters × tokens / second: forward plus the activation gradients through the frozen
 base; LoRA's own terms are negligible), peak_gflops (a bf16 2048³ matmul, same run), fraction_of_peak, and
 naive_peft_tok_s (plain PEFT forward/backward with a full-vocabulary fp32 log-softmax, same batch, same run).
 Writes results/train_step.json.
+
+``--checkpointing-cost`` instead times the same update with ``trainer.gradient_checkpointing`` off and on,
+interleaved on one store (off, on, off, on, ...; ``--repeats`` pairs after one warm-up pair), and takes each
+mode's peak resident size from the kernel's high-water mark, reset before each step (Linux): keys
+``checkpointing.{off,on}.{median_s,peak_gib}``, ``time_ratio`` (on / off, the median of the pairs' ratios) and
+``peak_saved_gib``. Writes results/train_step_checkpointing.json.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -79,6 +87,33 @@ def naive_model():
     return model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
 
 
+def checkpointing_cost(args, batch: SeqBatch, adv: torch.Tensor) -> dict:
+    """Interleaved off/on pairs of the same update on one store; peak RSS per mode (VmHWM reset per step)."""
+    from recipe_memory import PhasePeaks
+
+    from selfevo.heap import trim
+
+    store = PolicyStore(dtype=args.dtype, micro_batch=args.micro_batch)
+    store.add_agent("agent", MODEL)
+    peaks = PhasePeaks()
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    for r in range(args.repeats + 1):  # the first pair warms up
+        for mode in ("off", "on"):
+            store.gradient_checkpointing = mode == "on"
+            trim()  # the last step's freed heap would count for this one's peak
+            with peaks.phase(mode):
+                seconds = selfevo_step(store, batch, adv)
+            if r:
+                times[mode].append(seconds)
+    peaks.finish()
+    gib = {m: round(peaks.peaks[m] / 2**30, 3) for m in times}
+    out = {m: {"median_s": round(statistics.median(t), 2), "all_s": [round(x, 2) for x in t], "peak_gib": gib[m]}
+           for m, t in times.items()}
+    ratio = statistics.median(on / off for off, on in zip(times["off"], times["on"]))
+    return {"checkpointing": out, "time_ratio": round(ratio, 3),
+            "peak_saved_gib": round(gib["off"] - gib["on"], 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seqs", type=int, default=32)
@@ -86,18 +121,26 @@ def main() -> None:
     ap.add_argument("--micro-batch", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--no-naive", action="store_true")
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    ap.add_argument("--checkpointing-cost", action="store_true")
     args = ap.parse_args()
     batch, adv = make_batch(args.seqs, args.len)
     tokens = args.seqs * args.len
+    if args.checkpointing_cost:
+        result = {"model": MODEL, "dtype": args.dtype, "seqs": args.seqs, "len": args.len,
+                  "micro_batch": args.micro_batch, "repeats": args.repeats,
+                  **checkpointing_cost(args, batch, adv), "machine": machine()}
+        save("train_step_checkpointing", result)
+        return
     with PeakRSS() as mem:
-        store = PolicyStore(dtype="bfloat16", micro_batch=args.micro_batch)
+        store = PolicyStore(dtype=args.dtype, micro_batch=args.micro_batch)
         store.add_agent("agent", MODEL)
         params = sum(p.numel() for p in store.backbones[MODEL].causal_lm.parameters() if not p.requires_grad)
         selfevo_step(store, batch, adv)  # warm-up
         seconds = min(selfevo_step(store, batch, adv) for _ in range(args.repeats))
     peak = peak_gflops()
     achieved = 4 * params * tokens / seconds / 1e9
-    result = {"model": MODEL, "seqs": args.seqs, "len": args.len, "micro_batch": args.micro_batch,
+    result = {"model": MODEL, "dtype": args.dtype, "seqs": args.seqs, "len": args.len, "micro_batch": args.micro_batch,
               "frozen_params": params, "train_tok_s": round(tokens / seconds, 1),
               "achieved_gflops": round(achieved, 1), "peak_gflops": round(peak, 1),
               "fraction_of_peak": round(achieved / peak, 3), "peak_rss_gib": mem.gib}
