@@ -154,17 +154,23 @@ def main() -> None:
     if args.child is not None:
         print(json.dumps(measure(args.child, args.overrides)))
         return
-    rows = {}
-    for recipe in args.recipes:
+    rows, failed = {}, {}
+    for recipe in args.recipes:  # one fresh process each; a recipe that fails or is killed loses no other's row
         out = subprocess.run([sys.executable, __file__, "--child", recipe, *args.overrides], capture_output=True,
                              text=True)
         if out.returncode != 0:
-            raise SystemExit(f"recipe_memory: {recipe} failed: {out.stderr.strip().splitlines()[-1:]}")
-        rows[recipe] = json.loads(out.stdout.strip().splitlines()[-1])
-    print(table(rows))
-    save("recipe_memory", {"recipes": rows, "overrides": args.overrides, "command": "trainer.max_steps=1",
-                           "machine": machine()})
-
+            why = out.stderr.strip().splitlines()[-1:] or [f"exit code {out.returncode}"]
+            failed[recipe] = f"exit code {out.returncode}: {why[0][:300]}"
+            print(f"recipe_memory: {recipe} failed ({failed[recipe]})", file=sys.stderr)
+        else:
+            rows[recipe] = json.loads(out.stdout.strip().splitlines()[-1])
+            print(f"{recipe}: {json.dumps(rows[recipe])}", file=sys.stderr, flush=True)
+        save("recipe_memory", {"recipes": rows, "failed": failed, "overrides": args.overrides,  # after each recipe
+                               "command": "trainer.max_steps=1", "machine": machine()})
+    if rows:
+        print(table(rows))
+    if failed:
+        raise SystemExit(f"recipe_memory: {', '.join(failed)} failed; the others are in results/recipe_memory.json")
 
 if __name__ == "__main__":
     main()

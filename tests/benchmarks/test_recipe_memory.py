@@ -3,6 +3,7 @@ the tiny model is measured phase by phase with the loop's own methods restored a
 import importlib.util
 import json
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -67,3 +68,28 @@ def test_one_tiny_step_is_measured_by_phase(tmp_path):
     assert got["peak_gib"] == max(got["phases"].values())
     assert {k: v for k, v in vars(Loop).items() if callable(v)} == methods  # the loop is left as it was
     assert "update" in rm.table({"grpo": got}).splitlines()[0]
+
+
+def test_a_failed_recipe_loses_no_other_row_and_each_row_is_saved_when_it_is_measured(monkeypatch):
+    """The rows are saved after every recipe (a run killed later keeps them); a failure is recorded, the next recipe
+    still runs, and the script ends with a one-line error naming the failures."""
+    row = {"phases": {"update": 1.5}, "peak_gib": 1.5}
+
+    real_run = subprocess.run
+
+    def child(cmd, **kw):
+        if "--child" not in cmd:
+            return real_run(cmd, **kw)  # machine() asks the system
+        recipe = cmd[cmd.index("--child") + 1]
+        if recipe == "sage":
+            return subprocess.CompletedProcess(cmd, -9, "", "")  # killed: no stderr at all
+        return subprocess.CompletedProcess(cmd, 0, json.dumps(row) + "\n", "")
+
+    saved = []
+    monkeypatch.setattr(rm.subprocess, "run", child)
+    monkeypatch.setattr(rm, "save", lambda name, result: saved.append(json.loads(json.dumps(result))))
+    monkeypatch.setattr(sys, "argv", ["recipe_memory.py", "--recipes", "comas", "sage", "grpo"])
+    with pytest.raises(SystemExit, match="sage failed"):
+        rm.main()
+    assert [sorted(s["recipes"]) for s in saved] == [["comas"], ["comas"], ["comas", "grpo"]]
+    assert saved[-1]["failed"] == {"sage": "exit code -9: exit code -9"}
