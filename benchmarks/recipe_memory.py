@@ -147,10 +147,16 @@ def table(rows: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=RECIPES)
+    ap.add_argument("--recipes", nargs="+", default=list(RECIPES), help=f"of {', '.join(RECIPES)}")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("overrides", nargs="*", help="key=value for every recipe's run")
     args = ap.parse_args()
+    # key=value after --recipes lands in its list: it is an override wherever it is written
+    args.overrides += [r for r in args.recipes if "=" in r]
+    args.recipes = [r for r in args.recipes if "=" not in r]
+    unknown = [r for r in args.recipes if r not in RECIPES]
+    if unknown:
+        ap.error(f"unknown recipe {unknown[0]!r}; known: {', '.join(RECIPES)}")
     if args.child is not None:
         print(json.dumps(measure(args.child, args.overrides)))
         return

@@ -93,3 +93,17 @@ def test_a_failed_recipe_loses_no_other_row_and_each_row_is_saved_when_it_is_mea
         rm.main()
     assert [sorted(s["recipes"]) for s in saved] == [["comas"], ["comas"], ["comas", "grpo"]]
     assert saved[-1]["failed"] == {"sage": "exit code -9: exit code -9"}
+
+
+def test_overrides_after_the_recipe_list_are_overrides_and_an_unknown_recipe_is_one_line(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(rm.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(
+        cmd, 0, '{"phases": {"update": 1.0}, "peak_gib": 1.0}\n', ""))
+    monkeypatch.setattr(rm, "save", lambda name, result: None)
+    monkeypatch.setattr(sys, "argv", ["recipe_memory.py", "--recipes", "grpo", "model.dtype=float32"])
+    rm.main()
+    assert calls[0][-3:] == ["--child", "grpo", "model.dtype=float32"]
+    monkeypatch.setattr(sys, "argv", ["recipe_memory.py", "--recipes", "gpro"])
+    with pytest.raises(SystemExit) as exc:
+        rm.main()
+    assert exc.value.code == 2 and "unknown recipe 'gpro'" in capsys.readouterr().err
