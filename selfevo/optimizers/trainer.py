@@ -34,10 +34,11 @@ class TrainerCfg:
                                  "the optimizer memory per agent (the update itself is computed in float32)",
                                  choices=("float32", "bfloat16"))
     micro_batch: int = opt(8, "rows per forward/backward pass of an update", ge=1)
-    gradient_checkpointing: bool = opt(False, "an update keeps each decoder layer's input only and recomputes the "
-                                             "layer in the backward pass: a micro-batch's activations take one "
-                                             "layer's memory instead of all layers', for one more forward pass "
-                                             "(the same gradients; off by default until its time is measured)")
+    gradient_checkpointing: bool = opt(True, "an update keeps each decoder layer's input only and recomputes the "
+                                            "layer in the backward pass: a micro-batch's activations take one "
+                                            "layer's memory instead of all layers', for one more forward pass "
+                                            "(the same gradients; measured: ~3x less update memory for ~1.2x its "
+                                            "time; false where memory is plentiful)")
     max_grad_norm: float = opt(1.0, "gradient-norm clip per optimizer step", gt=0)
     mask_truncated: bool = opt(True, "leave completions cut by the token limit out of training (released code)")
     kl_coef: float = opt(0.0, "β: weight of the KL to the reference policy (adapter disabled)", ge=0)
