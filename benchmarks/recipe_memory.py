@@ -77,10 +77,11 @@ class PhasePeaks:
             self._stack.pop()
 
     def finish(self) -> dict:
-        """Per-phase and overall peaks in GiB (phases in :data:`PHASES` order, those that ran)."""
+        """Per-phase and overall peaks in GiB (those that ran: :data:`PHASES` first, in order, then any other name)."""
         self._fold()
         gib = lambda b: round(b / 2**30, 3)  # noqa: E731
-        return {"phases": {p: gib(self.peaks[p]) for p in PHASES if p in self.peaks}, "peak_gib": gib(self.overall)}
+        order = [p for p in PHASES if p in self.peaks] + [p for p in self.peaks if p not in PHASES]
+        return {"phases": {p: gib(self.peaks[p]) for p in order}, "peak_gib": gib(self.overall)}
 
 
 def _wrap(fn, peaks: PhasePeaks, name: str):
@@ -177,6 +178,7 @@ def main() -> None:
         print(table(rows))
     if failed:
         raise SystemExit(f"recipe_memory: {', '.join(failed)} failed; the others are in results/recipe_memory.json")
+
 
 if __name__ == "__main__":
     main()

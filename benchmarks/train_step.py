@@ -105,8 +105,7 @@ def checkpointing_cost(args, batch: SeqBatch, adv: torch.Tensor) -> dict:
                 seconds = selfevo_step(store, batch, adv)
             if r:
                 times[mode].append(seconds)
-    peaks.finish()
-    gib = {m: round(peaks.peaks[m] / 2**30, 3) for m in times}
+    gib = peaks.finish()["phases"]
     out = {m: {"median_s": round(statistics.median(t), 2), "all_s": [round(x, 2) for x in t], "peak_gib": gib[m]}
            for m, t in times.items()}
     ratio = statistics.median(on / off for off, on in zip(times["off"], times["on"]))
