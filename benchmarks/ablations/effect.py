@@ -1,6 +1,6 @@
 """Does self-evolution work here? Untrained vs trained on the same held-out items, per method and seed, paired.
 
-    .venv/bin/python benchmarks/ablations/effect.py [--rows grpo trl_grpo] [--seeds 0 1 2] [--n 500]
+    .venv/bin/python benchmarks/ablations/effect.py [--rows grpo trl_grpo] [--seeds 0 1 2] [--n 500] [--set K=V ...]
     .venv/bin/python benchmarks/ablations/effect.py --table-only      # rebuild the table and plot from effect.json
     .venv/bin/python benchmarks/ablations/effect.py --list            # the rows and their training commands
 
@@ -54,11 +54,12 @@ class Row:
     about: str = ""
     script: tuple[str, ...] = ()
 
-    def command(self, out: Path, seed: int) -> list[str]:
+    def command(self, out: Path, seed: int, extra: tuple[str, ...] = ()) -> list[str]:
+        """The training command of one seed; ``extra`` (``--set``) follows the row's own overrides."""
         if self.script:
-            return [sys.executable, *self.script, str(out), str(seed), *self.overrides]
+            return [sys.executable, *self.script, str(out), str(seed), *self.overrides, *extra]
         return [sys.executable, "-m", "selfevo.cli", "run", self.recipe, "--preset", self.preset, *self.overrides,
-                f"seed={seed}", f"output_dir={out}"]
+                *extra, f"seed={seed}", f"output_dir={out}"]
 
     def finished(self, out: Path) -> bool:
         return (out / self.adapter / "adapter_config.json").exists()
@@ -141,8 +142,17 @@ def base_record(base: list[dict], n: int, bench: str = BENCH, settings: list[str
             "command": "selfevo eval " + " ".join(eval_args(n, bench, settings))}
 
 
-def train(row: Row, out: Path, seed: int, run: bool) -> str:
-    cmd = row.command(out, seed)
+def recorded_base(record: dict, n: int) -> list[dict] | None:
+    """The untrained model's per-item records from effect.json when it holds the same evaluation of ``n`` items
+    (rows are paired with the base they were recorded with; a new machine need not re-evaluate it), else None."""
+    base = record.get("base") or {}
+    if base.get("command") != base_record([{"correct": 0.0, "chars": 0}], n)["command"] or len(base["items"]) != n:
+        return None
+    return [{"correct": c, "chars": base["answer_chars"]} for c in base["items"]]
+
+
+def train(row: Row, out: Path, seed: int, run: bool, extra: tuple[str, ...] = ()) -> str:
+    cmd = row.command(out, seed, extra)
     if run and not row.finished(out):
         resume = ["resume=true"] if (out / "metrics.jsonl").exists() and not row.script else []
         sh(cmd + resume)
@@ -310,10 +320,15 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--out", default="runs/effect")
+    ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="training overrides for every row run now, recorded in each seed's command (e.g. "
+                         "model.dtype=float32 on a CPU without native bf16; evaluations are unchanged)")
     ap.add_argument("--table-only", action="store_true", help="rebuild effect.{md,png} from effect.json alone")
     ap.add_argument("--adapters", action="store_true", help="copy each row's seed-0 adapter into the results")
     ap.add_argument("--list", action="store_true", help="print the rows and their commands")
     args = ap.parse_args()
+    if bad := [x for x in args.set if "=" not in x]:
+        raise UsageError(f"--set takes KEY=VALUE, not {bad[0]!r}")
     if args.list:
         for name, row in ROWS.items():
             command = shown(row.command(Path(args.out) / name / "seed0", 0))
@@ -323,13 +338,13 @@ def main() -> None:
     record = json.loads(path.read_text()) if path.exists() else {"benchmark": BENCH, "eval": EVAL, "methods": {}}
     if not args.table_only:
         out = Path(args.out)
-        base = evaluate(out / "base", args.n, [], True)
+        base = recorded_base(record, args.n) or evaluate(out / "base", args.n, [], True)
         record["base"] = base_record(base, args.n)
         for name in args.rows:
             row, seeds = ROWS[name], {}
             for seed in args.seeds:
                 where = out / name / f"seed{seed}"
-                command = train(row, where, seed, True)
+                command = train(row, where, seed, True, tuple(args.set))
                 if (done := after_record(row, where, args.n, base, command)) is not None:
                     seeds[str(seed)] = done
                 if args.adapters and seed == 0 and row.finished(where):

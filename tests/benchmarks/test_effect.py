@@ -39,6 +39,20 @@ def test_every_row_has_a_command_with_its_seed_and_folder():
         "selfevo run grpo --preset cpu-learn seed=1 output_dir=d"
 
 
+def test_set_overrides_follow_the_rows_own_and_are_in_the_shown_command():
+    cmd = effect.ROWS["comas_judge_1.0"].command(Path("d"), 0, ("model.dtype=float32",))
+    assert effect.shown(cmd) == ("selfevo run comas --preset cpu-learn reward.judge=noisy_judge "
+                                 "reward.judge_accuracy=1.0 model.dtype=float32 seed=0 output_dir=d")
+    assert effect.ROWS["trl_grpo"].command(Path("d"), 3, ("a=1",))[-3:] == ["d", "3", "a=1"]
+
+
+def test_recorded_base_is_reused_only_for_the_same_evaluation():
+    rec = {"base": effect.base_record([{"correct": 1.0, "chars": 4}, {"correct": 0.0, "chars": 2}], 2)}
+    assert [b["correct"] for b in effect.recorded_base(rec, 2)] == [1.0, 0.0]
+    assert effect.base_record(effect.recorded_base(rec, 2), 2) == rec["base"]
+    assert effect.recorded_base(rec, 3) is None and effect.recorded_base({}, 2) is None
+
+
 def test_grpo_vs_trl_compares_on_the_seeds_both_have():
     rows = {"grpo": effect.row_summary(BASE, SEEDS), "trl_grpo": effect.row_summary(BASE, {"0": SEEDS["1"]})}
     runs = {"grpo": {"0": [{"step_s": 2.0}, {"step_s": 4.0}, {"step_s": 3.0}], "1": []}, "trl_grpo": {"0": []}}
