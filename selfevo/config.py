@@ -95,6 +95,9 @@ class EngineCfg:
     name: str = opt("hf", "generation engine: hf (transformers, any CPU/GPU), vllm (vLLM multi-LoRA in this "
                     "process) or vllm_server (vLLM OpenAI-compatible servers over HTTP)", choices=_engine_names)
     max_batch: int = opt(64, "hf: rows per forward pass", ge=1)
+    kv_cache_gib: float = opt(1.0, "hf: KV cache the running batch may hold, in GiB (rows x capacity; a merge "
+                              "briefly holds twice this); requests wait while joining would outgrow it (a request "
+                              "alone always runs); 0 = no limit", ge=0)
     continuous: bool = opt(True, "hf: batch continuously (an episode's next request joins the running batch as soon "
                            "as its previous ones are answered); false: one generate call per wave of all episodes")
     max_loras: int = opt(8, "vllm, vllm_server: adapters served in one batch", ge=1)

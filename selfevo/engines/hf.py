@@ -116,11 +116,15 @@ class HFEngine:
     (:mod:`selfevo.heap`; a MAESTRO cpu rollout held 1.5 GB of them).
     ``shapes``: the forwards run (:class:`~selfevo.shapes.Shapes`: ``prefill`` by rows joining and padded prompt
     width, ``decode`` by rows in the forward and keys swept, ``merge``/``compact`` KV-cache copies by rows and width).
+    ``kv_cache_gib``: the most KV cache a running batch holds (rows × capacity, spare capacity included): requests
+    wait while joining would outgrow it (:func:`~selfevo.engines.kvcache.admissible`; a request alone always runs;
+    0: no limit). A merge copies the cache, so for a moment the batch holds up to twice this.
     """
 
     def __init__(self, store, max_batch: int = 64, compact_below: float = 0.75, packed: bool = True,
-                 join_every: int = 8, lean: bool = True, trim_every: float = 2.0):
+                 join_every: int = 8, lean: bool = True, trim_every: float = 2.0, kv_cache_gib: float = 0.0):
         self.store = store
+        self.kv_cache_gib = kv_cache_gib
         self.trim_every = trim_every
         self.lean = lean
         self.packed = packed  # prepacked oneDNN matmuls for frozen bf16 linears when vLLM's CPU ops exist
@@ -132,8 +136,9 @@ class HFEngine:
 
     @classmethod
     def from_config(cls, section, store, dtype: str, workdir: str | None = None) -> "HFEngine":
-        """``engine.name=hf``: ``engine.max_batch`` (the dtype is the store's; no work folder)."""
-        return cls(store, max_batch=section.max_batch)
+        """``engine.name=hf``: ``engine.max_batch``, ``engine.kv_cache_gib`` (the dtype is the store's; no work
+        folder)."""
+        return cls(store, max_batch=section.max_batch, kv_cache_gib=section.kv_cache_gib)
 
     def sync_adapter(self, agent: str) -> None:
         """Nothing to do: the engine reads the store's live tensors at every ``generate``."""
@@ -240,6 +245,8 @@ class _Lane:
         self.attn = self.pos = self.logits = self.temps = self.top_ps = self.cache = None
         self.since_join = 0
         self.decoder = None
+        size = self.net.get_output_embeddings().weight.element_size()
+        self.kv_budget = int(engine.kv_cache_gib * 2**30 // kvcache.bytes_per_token(self.net.config, size))
 
     def __enter__(self) -> "_Lane":
         self.packed.__enter__()
@@ -311,7 +318,9 @@ class _Lane:
             due = 4 * len(self.waiting) >= len(running) or self.since_join >= self.engine.join_every
             if not (due and kvcache.mergeable(self.cache)) or len(running) >= self.engine.max_batch:
                 return
-        free = self.engine.max_batch - len(running)
+        free = self._admissible(running)
+        if not free:
+            return
         joining = sorted(self.waiting[:free], key=lambda kr: -len(kr[1].prompt_ids))  # similar lengths together
         self.waiting, self.since_join = self.waiting[free:], 0
         rows = [r for _, r in joining]
@@ -321,7 +330,8 @@ class _Lane:
         self.engine.shapes.add("prefill", len(rows), size=ids.shape[1])
         if self.lora is not None:
             self.lora.set_rows([r.request.agent for r in rows])
-        reserve = 0 if running else ids.shape[1] + max(r.request.sampling.max_new_tokens for r in rows)
+        # capacity: the prompt and every new token; joining a running batch, just the prompt (it is merged at once)
+        reserve = ids.shape[1] + (0 if running else max(r.request.sampling.max_new_tokens for r in rows))
         # no padding (one row, or equal lengths): no mask, so attention runs SDPA's causal kernel (a prefill sees
         # exactly its own keys, even in a cache with spare capacity)
         mask = None if bool(attn.all()) else attn
@@ -349,6 +359,17 @@ class _Lane:
         self.attn, self.pos, self.logits, self.cache, self.temps, self.top_ps = attn, pos, logits, cache, temps, top_ps
         if self.lora is not None:
             self.lora.set_rows([r.request.agent for r in self.rows])
+
+    def _admissible(self, running: list[int]) -> int:
+        """How many waiting requests join now: free rows, within the KV budget (``kv_cache_gib``)."""
+        free = self.engine.max_batch - len(running)
+        if not self.kv_budget:
+            return free
+        width = self.attn.shape[1] - _lead(self.attn[torch.tensor(running, device=self.dev)]) if running else 0
+        left = max((self.rows[j].request.sampling.max_new_tokens - len(self.rows[j].tokens) for j in running),
+                   default=0)
+        wants = [(len(r.prompt_ids), r.request.sampling.max_new_tokens) for _, r in self.waiting[:free]]
+        return kvcache.admissible(len(running), width, left, wants, self.kv_budget)
 
     def _compact(self, keep: list[int]) -> None:
         """Keep batch rows ``keep``; drop left padding none of them attends to (when the cache allows)."""

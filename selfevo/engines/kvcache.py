@@ -25,8 +25,9 @@ class GrowingLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         n = key_states.shape[-2]
-        if self._buf is None or self._len + n > self._buf[0].shape[-2]:
-            self._grow(key_states, value_states, max(2 * (self._len + n), self.reserve))
+        if self._buf is None or self._len + n > self._buf[0].shape[-2]:  # the reserve if it is enough, else double
+            need = self._len + n
+            self._grow(key_states, value_states, self.reserve if need <= self.reserve else 2 * need)
         for buf, new in zip(self._buf, (key_states, value_states)):
             buf[..., self._len:self._len + n, :].copy_(new)
         first = self._len == 0
@@ -75,6 +76,34 @@ def key_width(cache: DynamicCache) -> int:
     buffer (spare capacity included, see the module doc), another layer's cached keys (a sliding window's)."""
     widths = [layer.keys.shape[-2] for layer in cache.layers if getattr(layer, "keys", None) is not None]
     return round(sum(widths) / len(widths)) if widths else 0
+
+
+def bytes_per_token(config, element_size: int) -> int:
+    """KV-cache bytes one token of one row costs over all layers: keys and values of ``num_key_value_heads`` heads
+    of ``head_dim`` (default ``hidden_size / num_attention_heads``) per layer (SmolLM2-135M: 30 × 2 × 3 × 64
+    elements, 46,080 bytes in float32). Sliding-window layers are counted whole (an upper bound)."""
+    config = getattr(config, "text_config", None) or config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return config.num_hidden_layers * 2 * kv_heads * head_dim * element_size
+
+
+def admissible(running: int, width: int, left: int, waiting: list[tuple[int, int]], budget: int) -> int:
+    """How many of ``waiting`` (in order; each ``(prompt tokens, new tokens)``) join a batch of ``running`` rows
+    whose filled cache is ``width`` wide with at most ``left`` tokens still to come: the most whose merged cache,
+    ``rows × capacity`` tokens (capacity: the widest prompt or ``width``, plus the most tokens to come, plus one
+    for a merge), fits ``budget`` tokens. Into an empty batch at least one joins (a request alone always runs);
+    ``budget`` 0: no limit."""
+    if not budget:
+        return len(waiting)
+    n, wide, more = 0, width, left
+    for prompt, new in waiting:
+        wide, more = max(wide, prompt), max(more, new)
+        if (running + n + 1) * (wide + more + (1 if running else 0)) > budget:
+            break
+        n += 1
+    return max(n, 0 if running else min(1, len(waiting)))
 
 
 # ---- continuous batching: rows leave and join a live cache ------------------------------------------------------

@@ -208,6 +208,24 @@ def test_rows_joining_mid_flight_get_what_they_would_alone(make_store, max_batch
         assert shapes["merge"]  # rows joined a running batch
 
 
+def test_multilora_keeps_no_layer_input_alive_after_a_forward(make_store):
+    """The shared shrink of q/k/v (and gate/up) is computed once per input and dropped with it: after a forward no
+    group holds an activation (a strong reference held every layer's input until the next forward: ~0.4 MB per
+    prompt token of SmolLM2 in a prefill)."""
+    store = make_store(("a0", "a1"))
+    randomize_adapters(store)
+    bb = store.backbones["tiny-random"]
+    calls = []
+    with torch.no_grad(), MultiLoRA(bb.model, ["a0", "a1"]) as ctx:
+        for g in ctx._groups:
+            mm = g.a_mm
+            g.a_mm = lambda x, mm=mm: calls.append(1) or mm(x)
+        bb.causal_lm(input_ids=torch.randint(0, 1000, (2, 7)))
+        assert ctx._groups and all(g.s is None and (g.x is None or g.x() is None) for g in ctx._groups)
+    layers = bb.causal_lm.config.num_hidden_layers
+    assert len(calls) == 4 * layers  # per layer: q/k/v share one input, o, gate/up share one, down
+
+
 def test_multilora_set_rows_serves_a_new_batch(make_store):
     store = make_store(("a0", "a1"))
     randomize_adapters(store)
@@ -324,7 +342,7 @@ def test_the_heap_is_trimmed_while_serving_and_the_outputs_do_not_change(make_st
 
 def test_engine_counts_the_shapes_of_its_forwards(make_store):
     """One join of three prompts left-padded to the longest (W), then n - 1 decode steps of three rows, each
-    sweeping the growing cache's whole buffer: max(2·W, W + n) keys (it doubles on its first fill)."""
+    sweeping the growing cache's whole buffer: W + n keys (its reserve; it doubled on its first fill to 2·W before)."""
     store = make_store(("a0",))
     n = 5
     sp = SamplingParams(max_new_tokens=n, temperature=0.0, ignore_eos=True)
@@ -333,9 +351,64 @@ def test_engine_counts_the_shapes_of_its_forwards(make_store):
     outs = engine.generate(reqs)
     assert all(len(o.token_ids) == n for o in outs)
     width = max(len(o.prompt_ids) for o in outs)
-    keys = max(2 * width, width + n)
+    keys = width + n
     shapes = engine.shapes.to_json()
     assert shapes["prefill"] == [[3, size_bin(width), 1, width]]
     assert shapes["decode"] == [[3, size_bin(keys), n - 1, (n - 1) * keys]]
     assert set(shapes) == {"prefill", "decode"}  # nothing joined a running batch, no row left early
     assert engine.counters["prefill_tokens"] == sum(len(o.prompt_ids) for o in outs) < 3 * width
+
+
+# ---- the KV-cache budget ----------------------------------------------------------------------------------------
+def test_kv_bytes_per_token_of_smollm2_by_hand():
+    from types import SimpleNamespace
+
+    from selfevo.engines.kvcache import bytes_per_token
+
+    smol = SimpleNamespace(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576)
+    assert bytes_per_token(smol, 4) == 30 * 2 * 3 * 64 * 4 == 46080  # head_dim = 576 / 9
+    wrapped = SimpleNamespace(text_config=SimpleNamespace(num_hidden_layers=2, num_attention_heads=4, head_dim=8,
+                                                          num_key_value_heads=None, hidden_size=99))
+    assert bytes_per_token(wrapped, 2) == 2 * 2 * 4 * 8 * 2  # no kv heads given: as many as query heads
+
+
+@pytest.mark.parametrize("running,width,left,waiting,budget,expected", [
+    (2, 10, 5, [(8, 4), (12, 6), (3, 20)], 60, 1),   # 3 rows x (10 + 5 + 1) = 48; 4 x (12 + 6 + 1) = 76 > 60
+    (2, 10, 5, [(8, 4), (12, 6), (3, 20)], 0, 3),    # no budget: all
+    (0, 0, 0, [(4, 4)] * 3, 20, 2),                  # empty batch, no merge slot: 2 x 8 = 16; 3 x 8 = 24 > 20
+    (0, 0, 0, [(100, 50)], 10, 1),                   # a request alone always runs
+    (1, 10, 5, [(100, 50)], 10, 0),                  # ... but waits while others run
+    (0, 0, 0, [], 10, 0),                            # nothing waits
+])
+def test_admissible_by_hand(running, width, left, waiting, budget, expected):
+    from selfevo.engines.kvcache import admissible
+
+    assert admissible(running, width, left, waiting, budget) == expected
+
+
+def test_kv_budget_keeps_the_cache_small_and_the_outputs_unchanged(make_store, monkeypatch):
+    """Requests under a KV budget of two of them: every decode forward's whole cache (rows x capacity) stays within
+    it, fewer rows run together than without it, and every request gets exactly its unlimited tokens."""
+    from selfevo.engines import hf, kvcache
+
+    store = make_store(("a0", "a1"))
+    randomize_adapters(store)
+    lengths = [3, 9, 5, 14, 2, 7, 11, 4]
+    msgs = [[{"role": "user", "content": "q " + "long words " * (i * 3 % 7)}] for i in range(len(lengths))]
+    reqs = [Request(["a0", "a1", None][i % 3], msgs[i], SamplingParams(max_new_tokens=n, temperature=1.0), seed=i)
+            for i, n in enumerate(lengths)]
+    net = store.backbones["tiny-random"].causal_lm
+    per_token = kvcache.bytes_per_token(net.config, net.get_output_embeddings().weight.element_size())
+    prompts = [len(render_prompt(store.backbones["tiny-random"].tokenizer, m)) for m in msgs]
+    budget = 2 * max(p + n for p, n in zip(prompts, lengths)) + 2
+    seen = []
+    decode = hf._Lane._decode
+    monkeypatch.setattr(hf._Lane, "_decode", lambda self, ids: seen.append(
+        (ids.shape[0], self.cache.layers[0].keys.shape[0] * kvcache.key_width(self.cache))) or decode(self, ids))
+    limited = HFEngine(store, kv_cache_gib=budget * per_token / 2**30).generate(reqs)
+    capped, seen[:] = list(seen), []
+    free = HFEngine(store).generate(reqs)
+    for a, b in zip(limited, free):
+        assert a.token_ids == b.token_ids and a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert max(tokens for _, tokens in capped) <= budget < max(tokens for _, tokens in seen), (budget, prompts, capped)
+    assert 1 < max(rows for rows, _ in capped) < max(rows for rows, _ in seen)
