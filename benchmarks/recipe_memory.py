@@ -1,7 +1,7 @@
 """Peak resident memory of one cpu-preset step of each recipe, per phase of the step.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/recipe_memory.py [--recipes comas sage maestro grpo azr mae]
-                                                                   [key=value ...]
+                                                                   [--out NAME] [key=value ...]
 
 Each recipe runs in a fresh process: ``selfevo run RECIPE trainer.max_steps=1 output_dir=<tmp> key=value ...``
 (its default preset, ``cpu``; the overrides apply to every recipe). The process's peak resident size is taken per
@@ -149,6 +149,7 @@ def table(rows: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--recipes", nargs="+", default=list(RECIPES), help=f"of {', '.join(RECIPES)}")
+    ap.add_argument("--out", default="recipe_memory", help="results/<out>.json (default: recipe_memory)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("overrides", nargs="*", help="key=value for every recipe's run")
     args = ap.parse_args()
@@ -172,12 +173,12 @@ def main() -> None:
         else:
             rows[recipe] = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"{recipe}: {json.dumps(rows[recipe])}", file=sys.stderr, flush=True)
-        save("recipe_memory", {"recipes": rows, "failed": failed, "overrides": args.overrides,  # after each recipe
+        save(args.out, {"recipes": rows, "failed": failed, "overrides": args.overrides,  # after each recipe
                                "command": "trainer.max_steps=1", "machine": machine()})
     if rows:
         print(table(rows))
     if failed:
-        raise SystemExit(f"recipe_memory: {', '.join(failed)} failed; the others are in results/recipe_memory.json")
+        raise SystemExit(f"recipe_memory: {', '.join(failed)} failed; the others are in results/{args.out}.json")
 
 
 if __name__ == "__main__":
