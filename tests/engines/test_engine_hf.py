@@ -179,14 +179,21 @@ class ChainSource:
             self.ready.append(key + 2)
 
 
+def mixed_requests(lengths):
+    """Prompts of several lengths over two adapters and none, each sampled (seeded) to exactly ``lengths[i]``
+    tokens at most: the messages and the requests."""
+    msgs = [[{"role": "user", "content": "q " + "long words " * (i * 3 % 7)}] for i in range(len(lengths))]
+    reqs = [Request(["a0", "a1", None][i % 3], msgs[i], SamplingParams(max_new_tokens=n, temperature=1.0), seed=i)
+            for i, n in enumerate(lengths)]
+    return msgs, reqs
+
+
 @pytest.mark.parametrize("max_batch,join_every", [(64, 1), (64, 8), (3, 1)])
 def test_rows_joining_mid_flight_get_what_they_would_alone(make_store, max_batch, join_every):
     store = make_store(("a0", "a1"))
     randomize_adapters(store)
     lengths = [3, 9, 5, 14, 2, 7, 11, 4]
-    msgs = [[{"role": "user", "content": "q " + "long words " * (i * 3 % 7)}] for i in range(len(lengths))]
-    reqs = [Request(["a0", "a1", None][i % 3], msgs[i], SamplingParams(max_new_tokens=n, temperature=1.0), seed=i)
-            for i, n in enumerate(lengths)]
+    _, reqs = mixed_requests(lengths)
     engine = HFEngine(store, max_batch=max_batch, join_every=join_every)
     source = ChainSource(reqs)
     engine.stream(source)
@@ -394,9 +401,7 @@ def test_kv_budget_keeps_the_cache_small_and_the_outputs_unchanged(make_store, m
     store = make_store(("a0", "a1"))
     randomize_adapters(store)
     lengths = [3, 9, 5, 14, 2, 7, 11, 4]
-    msgs = [[{"role": "user", "content": "q " + "long words " * (i * 3 % 7)}] for i in range(len(lengths))]
-    reqs = [Request(["a0", "a1", None][i % 3], msgs[i], SamplingParams(max_new_tokens=n, temperature=1.0), seed=i)
-            for i, n in enumerate(lengths)]
+    msgs, reqs = mixed_requests(lengths)
     net = store.backbones["tiny-random"].causal_lm
     per_token = kvcache.bytes_per_token(net.config, net.get_output_embeddings().weight.element_size())
     prompts = [len(render_prompt(store.backbones["tiny-random"].tokenizer, m)) for m in msgs]
