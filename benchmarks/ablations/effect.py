@@ -146,7 +146,7 @@ def recorded_base(record: dict, n: int) -> list[dict] | None:
     """The untrained model's per-item records from effect.json when it holds the same evaluation of ``n`` items
     (rows are paired with the base they were recorded with; a new machine need not re-evaluate it), else None."""
     base = record.get("base") or {}
-    if base.get("command") != base_record([{"correct": 0.0, "chars": 0}], n)["command"] or len(base["items"]) != n:
+    if base.get("command") != "selfevo eval " + " ".join(eval_args(n)) or len(base["items"]) != n:
         return None
     return [{"correct": c, "chars": base["answer_chars"]} for c in base["items"]]
 
