@@ -22,3 +22,42 @@ def test_freed_small_blocks_are_returned_to_the_os():
     assert release_freed_memory()
     assert before - _rss_kib() > 100_000  # > 100 MB given back
     del keep
+
+
+def _mapped_bytes() -> int:
+    """glibc's ``mallinfo2().hblkhd``: bytes in blocks that have a mapping of their own."""
+    import ctypes
+
+    class Info(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                    "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    fn = getattr(ctypes.CDLL(None), "mallinfo2", None)
+    if fn is None:
+        pytest.skip("glibc < 2.33 has no mallinfo2")
+    fn.restype = Info
+    return fn().hblkhd
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_large_blocks_get_their_own_mapping_even_after_a_larger_one_was_freed():
+    import torch
+
+    from selfevo import heap
+
+    big = torch.ones(16 << 20, dtype=torch.uint8)  # mapped; freeing it raises glibc's dynamic threshold to 16 MB
+    del big
+    assert heap.map_large_blocks(1 << 20)
+    before = _mapped_bytes()
+    block = torch.ones(4 << 20, dtype=torch.uint8)  # 4 MB: under the raised threshold (heap), over the fixed one
+    assert _mapped_bytes() - before >= 4 << 20  # its own mapping, not a hole in the heap
+    del block
+    assert _mapped_bytes() == before  # unmapped when freed: back to the OS
+
+def test_map_large_blocks_leaves_the_users_setting_and_refuses_nonsense(monkeypatch):
+    from selfevo import heap
+
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert heap.map_large_blocks() is False
+    with pytest.raises(ValueError, match="> 0 bytes"):
+        heap.map_large_blocks(0)
