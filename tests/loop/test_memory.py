@@ -39,20 +39,39 @@ def _mapped_bytes() -> int:
     return fn().hblkhd
 
 
+LARGE_BLOCK = """
+import sys, torch
+sys.path[:0] = [{root!r}, {tests!r}]
+from selfevo import heap
+from test_memory import _mapped_bytes
+big = torch.ones(16 << 20, dtype=torch.uint8)  # mapped; freeing it raises glibc's dynamic threshold to 16 MB
+del big
+fixed = {fix} and heap.map_large_blocks(1 << 20)
+before = _mapped_bytes()
+block = torch.ones(4 << 20, dtype=torch.uint8)  # 4 MB: under the raised threshold, over the fixed one
+during = _mapped_bytes()
+del block
+print(fixed, during - before, _mapped_bytes() - before)
+"""
+
+
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
-def test_large_blocks_get_their_own_mapping_even_after_a_larger_one_was_freed():
-    import torch
+@pytest.mark.parametrize("fix", [True, False])
+def test_large_blocks_get_their_own_mapping_even_after_a_larger_one_was_freed(fix):
+    """In a fresh process (a heap with free holes of 4 MB may serve the block whatever the threshold): with the
+    fixed threshold a 4 MB block is mapped on its own and unmapped when freed; with glibc's dynamic one, raised by
+    freeing a 16 MB block, it comes from the heap."""
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    from selfevo import heap
-
-    big = torch.ones(16 << 20, dtype=torch.uint8)  # mapped; freeing it raises glibc's dynamic threshold to 16 MB
-    del big
-    assert heap.map_large_blocks(1 << 20)
-    before = _mapped_bytes()
-    block = torch.ones(4 << 20, dtype=torch.uint8)  # 4 MB: under the raised threshold (heap), over the fixed one
-    assert _mapped_bytes() - before >= 4 << 20  # its own mapping, not a hole in the heap
-    del block
-    assert _mapped_bytes() == before  # unmapped when freed: back to the OS
+    tests = Path(__file__).resolve().parent
+    code = LARGE_BLOCK.format(root=str(tests.parents[1]), tests=str(tests), fix=fix)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    fixed, mapped, left = out.stdout.split()
+    assert fixed == str(fix)
+    assert (int(mapped) >= 4 << 20) is fix  # its own mapping, not a hole in the heap (and vice versa)
+    assert int(left) == 0  # unmapped when freed: back to the OS
 
 def test_map_large_blocks_leaves_the_users_setting_and_refuses_nonsense(monkeypatch):
     from selfevo import heap
