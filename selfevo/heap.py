@@ -10,7 +10,8 @@ by a mapping of its own (unmapped on free), but it raises that threshold to the 
 (up to 32 MB), after which blocks of a few MB come from the heap, whose free holes are too small for the next
 layer's blocks: one checkpointed training forward of a MAESTRO slate (8 × 696 tokens, float32) grew the resident
 size by 2.8 GB while the tensors it kept took 0.4 GB; with the threshold fixed at 1 MB, by 0.4-0.5 GB.
-:func:`map_large_blocks` fixes it (which also stops the dynamic raise); the loop and the evaluation call it.
+:func:`map_large_blocks` fixes it (which also stops the dynamic raise); ``build.policy_store`` calls it, so the loop
+and the evaluation run with it.
 """
 from __future__ import annotations
 

@@ -73,6 +73,7 @@ def test_large_blocks_get_their_own_mapping_even_after_a_larger_one_was_freed(fi
     assert (int(mapped) >= 4 << 20) is fix  # its own mapping, not a hole in the heap (and vice versa)
     assert int(left) == 0  # unmapped when freed: back to the OS
 
+
 def test_map_large_blocks_leaves_the_users_setting_and_refuses_nonsense(monkeypatch):
     from selfevo import heap
 
