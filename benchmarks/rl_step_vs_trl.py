@@ -1,13 +1,17 @@
 """End-to-end RL step throughput: selfevo REINFORCE++ vs TRL's GRPOTrainer, same model, dtype, LoRA and budget.
 
     .venv/bin/python benchmarks/rl_step_vs_trl.py [--steps 4] [--completions 8] [--tokens 128] [--dtype bfloat16]
-        [--out rl_step_vs_trl]
+        [--checkpointing on|off] [--no-shared-prompts] [--out rl_step_vs_trl]
 
 Both sides: the embedded model, LoRA r=16 (alpha 32, all linear layers), --completions / 4 GSM8K prompts × 4
-completions of at most --tokens tokens per step, the math verifier as reward, one optimizer step per rollout batch.
+completions of at most --tokens tokens per step, the math verifier as reward, one optimizer step per rollout batch,
+gradient checkpointing as --checkpointing on both sides (on: TRL's GRPOConfig default and selfevo's
+``trainer.gradient_checkpointing`` default). selfevo runs its trainer defaults otherwise (``trainer.shared_prompts``:
+a prompt's 4 completions run the prompt's forward once in the update; ``--no-shared-prompts`` turns it off).
 Reported: generated tokens per second over whole steps (rollout + reward + update), the first step excluded as
 warm-up.
-Keys: selfevo_tok_s, trl_grpo_tok_s, ratio. Writes results/rl_step_vs_trl.json (``--out`` to name it otherwise).
+Keys: selfevo_tok_s, trl_grpo_tok_s, ratio, selfevo_step_s, trl_step_s (every step's seconds). Writes
+results/rl_step_vs_trl.json (``--out`` to name it otherwise).
 """
 from __future__ import annotations
 
@@ -35,13 +39,15 @@ MODEL = "smollm2-135m-instruct"
 PER_PROMPT = 4
 
 
-def selfevo_run(tasks, args) -> float:
-    store = PolicyStore(dtype=args.dtype, lora=LoraSettings(r=16, alpha=32), lr=1e-5, micro_batch=8)
+def selfevo_run(tasks, args) -> tuple[float, list[float]]:
+    cfg = TrainerCfg(gradient_checkpointing=args.checkpointing == "on", shared_prompts=args.shared_prompts)
+    store = PolicyStore(dtype=args.dtype, lora=LoraSettings(r=16, alpha=32), lr=1e-5, micro_batch=8,
+                        gradient_checkpointing=cfg.gradient_checkpointing, shared_prompts=cfg.shared_prompts)
     store.add_agent("agent", MODEL)
     engine = HFEngine(store)
     sp = SamplingParams(max_new_tokens=args.tokens, temperature=1.0)
     n_prompts = args.completions // PER_PROMPT
-    tokens, seconds = 0, 0.0
+    tokens, steps = 0, []
     for step in range(args.steps):
         batch_tasks = tasks[step * n_prompts:(step + 1) * n_prompts]
         start = time.perf_counter()
@@ -52,14 +58,15 @@ def selfevo_run(tasks, args) -> float:
             [t for t in batch_tasks for _ in range(PER_PROMPT)], outs)])
         batch = SeqBatch.build([o.prompt_ids for o in outs], [o.token_ids for o in outs],
                                store.backbones[MODEL].tokenizer.pad_token_id)
-        OPTIMIZERS.get("reinforce_pp")(TrainerCfg())(store, "agent", Samples(batch, rewards))
+        OPTIMIZERS.get("reinforce_pp")(cfg)(store, "agent", Samples(batch, rewards))
+        steps.append(time.perf_counter() - start)
+        print(f"selfevo step {step}: {steps[-1]:.1f} s", flush=True)
         if step > 0:
-            seconds += time.perf_counter() - start
             tokens += sum(len(o.token_ids) for o in outs)
-    return tokens / seconds
+    return tokens / sum(steps[1:]), steps
 
 
-def trl_run(tasks, args) -> float:
+def trl_run(tasks, args) -> tuple[float, list[float]]:
     from datasets import Dataset
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
@@ -78,6 +85,7 @@ def trl_run(tasks, args) -> float:
                      num_generations=PER_PROMPT, max_completion_length=args.tokens, max_steps=args.steps,
                      learning_rate=1e-5, beta=0.0, temperature=1.0, logging_steps=1, report_to="none",
                      save_strategy="no", use_cpu=True, bf16=False, gradient_accumulation_steps=1,
+                     gradient_checkpointing=args.checkpointing == "on",
                      dataloader_num_workers=0, seed=0)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=cfg, train_dataset=data, processing_class=tok,
                           peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
@@ -85,7 +93,7 @@ def trl_run(tasks, args) -> float:
     trainer.train()
     lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
     tokens = sum(lengths[1:]) * args.completions
-    return tokens / sum(timer.seconds[1:])
+    return tokens / sum(timer.seconds[1:]), timer.seconds
 
 
 class _StepTimer(TrainerCallback):
@@ -107,13 +115,20 @@ def main() -> None:
     ap.add_argument("--completions", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--checkpointing", choices=("on", "off"), default="on",
+                    help="gradient checkpointing on both sides (default on: both libraries' default)")
+    ap.add_argument("--no-shared-prompts", dest="shared_prompts", action="store_false",
+                    help="selfevo: run every completion's prompt in the update (trainer.shared_prompts=false)")
     ap.add_argument("--out", default="rl_step_vs_trl", help="results/<out>.json")
     args = ap.parse_args()
     tasks = load_tasks("gsm8k", "train", limit=args.steps * args.completions // PER_PROMPT + 4)
     result = {"model": MODEL, "dtype": args.dtype, "steps": args.steps, "completions_per_step": args.completions,
-              "max_new_tokens": args.tokens}
-    result["selfevo_tok_s"] = round(selfevo_run(tasks, args), 1)
-    result["trl_grpo_tok_s"] = round(trl_run(tasks, args), 1)
+              "max_new_tokens": args.tokens, "checkpointing": args.checkpointing,
+              "shared_prompts": args.shared_prompts}
+    rate, steps = selfevo_run(tasks, args)
+    result["selfevo_tok_s"], result["selfevo_step_s"] = round(rate, 1), [round(s, 1) for s in steps]
+    rate, steps = trl_run(tasks, args)
+    result["trl_grpo_tok_s"], result["trl_step_s"] = round(rate, 1), [round(s, 1) for s in steps]
     result["ratio"] = round(result["selfevo_tok_s"] / result["trl_grpo_tok_s"], 2)
     result["machine"] = machine()
     save(args.out, result)

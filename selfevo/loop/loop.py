@@ -116,7 +116,8 @@ class Loop:
         self.store = build.policy_store(cfg.model, lr=t.lr, micro_batch=t.micro_batch, max_grad_norm=t.max_grad_norm,
                                         betas=(t.adam_beta1, t.adam_beta2), weight_decay=t.weight_decay,
                                         optim_state_dtype=t.optim_state_dtype,
-                                        gradient_checkpointing=t.gradient_checkpointing)
+                                        gradient_checkpointing=t.gradient_checkpointing,
+                                        shared_prompts=t.shared_prompts)
         self.agents = agents or [f"agent{i}" for i in range(cfg.agents)]
         build.add_agents(self.store, self.agents, list(cfg.model.backbones))
         if cfg.model.init_adapters and not cfg.resume:

@@ -39,6 +39,11 @@ class TrainerCfg:
                                             "layer's memory instead of all layers', for one more forward pass "
                                             "(the same gradients; measured: ~3x less update memory for ~1.2x its "
                                             "time; false where memory is plentiful)")
+    shared_prompts: bool = opt(True, "rows of an update that begin with the same prompt (a group's completions, a "
+                                     "slate's candidates) run that prompt's forward once: packed into one sequence "
+                                     "under a mask that keeps each row to the prompt and its own tokens (the same "
+                                     "log-probs up to float rounding; a group shares the prompt's LoRA dropout "
+                                     "mask)")
     max_grad_norm: float = opt(1.0, "gradient-norm clip per optimizer step", gt=0)
     mask_truncated: bool = opt(True, "leave completions cut by the token limit out of training (released code)")
     kl_coef: float = opt(0.0, "β: weight of the KL to the reference policy (adapter disabled)", ge=0)

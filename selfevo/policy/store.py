@@ -7,11 +7,16 @@
   layer's forward again there (:func:`checkpointed_layers`): the activations of a micro-batch take one layer's
   worth instead of all layers' (one 700-token row on the 135M model: a 1.75 GiB peak without, 1.21 GiB with;
   docs/benchmarks.md), for one more forward pass per micro-batch; the same gradients (dropout masks replayed).
+- ``shared_prompts``: rows that begin with the same prompt (a group's completions, a slate's candidates) are
+  packed into one sequence per micro-batch, so the prompt's forward runs once (:mod:`selfevo.policy.packing`); the
+  micro-batches keep a prompt's rows together (runs of at most ``micro_batch`` rows). Same log-probs up to float
+  rounding; with LoRA dropout the rows of a packed prompt share its dropout mask.
 - Under ``torchrun`` every rank holds the whole store; ``step`` trains on the rank's share of the rows and sums the
   adapter's gradients over ranks (:mod:`selfevo.distributed`): every rank takes the same optimizer step.
 - Adapters save in PEFT format (``PeftModel.from_pretrained`` loads them) and load back.
 - ``shapes`` (:class:`~selfevo.shapes.Shapes`) counts the passes run on this rank: ``train`` micro-batches (rows,
-  padded width) and their rows (``row``: tokens), ``optimizer`` steps (rows), no-grad ``score`` micro-batches.
+  padded width; as run, so packed ones as packed) and their rows (``row``: tokens), ``optimizer`` steps (rows),
+  no-grad ``score`` micro-batches.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from selfevo import distributed, models
 from selfevo.policy.adamw import CompactAdamW
 from selfevo.policy.batch import SeqBatch
 from selfevo.policy.logprobs import chosen_entropy, chosen_logprobs
+from selfevo.policy.packing import Packed, pack_shared_prompts, prompt_keys
 from selfevo.policy.lora_compute import ActivationDtypeLoRA
 from selfevo.shapes import Shapes
 from selfevo.types import Request
@@ -73,9 +79,10 @@ class PolicyStore:
     def __init__(self, dtype: str = "bfloat16", lora: LoraSettings | None = None, lr: float = 1e-5,
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, micro_batch: int = 8,
                  betas: tuple[float, float] = (0.9, 0.999), device: str = "cpu", optim_state_dtype: str = "float32",
-                 gradient_checkpointing: bool = False):
+                 gradient_checkpointing: bool = False, shared_prompts: bool = False):
         self.dtype = dtype
         self.gradient_checkpointing = gradient_checkpointing
+        self.shared_prompts = shared_prompts
         if optim_state_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"optim_state_dtype must be float32 or bfloat16, not {optim_state_dtype!r}")
         self.optim_state_dtype = optim_state_dtype
@@ -174,18 +181,24 @@ class PolicyStore:
         positions; e.g. CLPO's entropy bonus), as ``(logp, entropy)``.
         """
         name = self.agent_backbone[agent] if agent is not None else (backbone or next(iter(self.backbones)))
-        if not torch.is_grad_enabled():
-            self.shapes.add("score", batch.input_ids.shape[0], size=batch.input_ids.shape[1])
+        scored = batch.loss_mask[:, 1:] > 0
+        packed = self._packed(batch)
+        rows, width = packed.input_ids.shape if packed is not None else batch.input_ids.shape
+        self.shapes.add("train" if torch.is_grad_enabled() else "score", rows, size=width)
         with self._policy(agent, name) as bb:
             lm = bb.causal_lm
             head = lm.get_output_embeddings().weight
-            ids = batch.input_ids.to(head.device)  # the batch lives on the CPU; the model where the store put it
-            mask = None if batch.right_padded() else batch.attention_mask.to(head.device)  # causal is enough
-            hidden = lm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-            scored = batch.loss_mask[:, 1:] > 0
-            on_dev = scored.to(head.device)
-            logp = chosen_logprobs(hidden[:, :-1][on_dev], head, ids[:, 1:][on_dev])
-            ent = chosen_entropy(hidden[:, :-1][on_dev], head) if entropy else None
+            dev = head.device  # the batch lives on the CPU; the model where the store put it
+            if packed is None:
+                mask = None if batch.right_padded() else batch.attention_mask.to(dev)  # causal is enough
+                hidden = lm.model(input_ids=batch.input_ids.to(dev), attention_mask=mask,
+                                  use_cache=False).last_hidden_state[:, :-1][scored.to(dev)]
+            else:  # token t of row i is predicted from the hidden state at its row's position t - 1
+                hidden = lm.model(input_ids=packed.input_ids.to(dev), attention_mask=packed.mask.to(dev),
+                                  position_ids=packed.position_ids.to(dev), use_cache=False).last_hidden_state
+                hidden = hidden.flatten(0, 1)[packed.where[:, :-1][scored].to(dev)]
+            logp = chosen_logprobs(hidden, head, batch.input_ids[:, 1:][scored].to(dev))
+            ent = chosen_entropy(hidden, head) if entropy else None
 
         def grid(values: torch.Tensor) -> torch.Tensor:  # on the CPU, as the batch (a no-op on a CPU store)
             full = torch.zeros(scored.shape, dtype=torch.float32).masked_scatter(scored, values.float().cpu())
@@ -193,8 +206,24 @@ class PolicyStore:
 
         return (grid(logp), grid(ent)) if entropy else grid(logp)
 
+    def _packed(self, batch: SeqBatch) -> Packed | None:
+        """The batch packed by shared prompt (:mod:`selfevo.policy.packing`) when that is on and saves a forward."""
+        if not self.shared_prompts or not batch.right_padded():
+            return None
+        return pack_shared_prompts(batch.input_ids, batch.attention_mask, batch.loss_mask)
+
     def micro_batches(self, batch: SeqBatch) -> list[SeqBatch]:
-        """``batch`` cut into micro-batches of ``micro_batch`` rows (groups kept whole; see SeqBatch.micro_batches)."""
+        """``batch`` cut into micro-batches of ``micro_batch`` rows (groups kept whole; see SeqBatch.micro_batches).
+        With ``shared_prompts`` and no groups of its own, rows of one prompt go together (in runs of at most
+        ``micro_batch`` rows), so that their micro-batch runs the prompt once."""
+        prompts = prompt_keys(batch.input_ids, batch.attention_mask, batch.loss_mask) if self.shared_prompts else []
+        if batch.groups is None and len(set(prompts)) < len(prompts):
+            seen: dict = {}
+            keys = []
+            for key in prompts:
+                keys.append((key, seen.get(key, 0) // self.micro_batch))
+                seen[key] = seen.get(key, 0) + 1
+            return batch.with_groups(keys).micro_batches(self.micro_batch)
         return batch.micro_batches(self.micro_batch)
 
     def local_micro_batches(self, batch: SeqBatch) -> list[SeqBatch]:
@@ -240,7 +269,7 @@ class PolicyStore:
         recompute = lambda layer: ActivationDtypeLoRA(layer, agent)  # noqa: E731  (what _policy does)
         with checkpointed_layers(bb.causal_lm, recompute) if self.gradient_checkpointing else contextlib.nullcontext():
             for mb in self.local_micro_batches(batch):
-                self._count_train(mb)
+                self._count_rows(mb)
                 rows += mb.input_ids.shape[0]
                 if entropy:
                     logp, ent = self.token_logprobs(agent, mb, entropy=True)
@@ -261,8 +290,7 @@ class PolicyStore:
         bb.model.eval()
         return {"loss": total, "grad_norm": grad_norm, "skipped": not math.isfinite(grad_norm)}
 
-    def _count_train(self, mb: SeqBatch) -> None:
-        self.shapes.add("train", mb.input_ids.shape[0], size=mb.input_ids.shape[1])
+    def _count_rows(self, mb: SeqBatch) -> None:
         for n in mb.attention_mask.sum(-1).tolist():
             self.shapes.add("row", size=n)
 

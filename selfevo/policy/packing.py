@@ -1,0 +1,98 @@
+"""Shared-prompt packing: rows that begin with the same prompt run that prompt's forward once.
+
+The completions of one prompt (a GRPO group, a listwise slate's candidates, an agent's repeated turns) are separate
+rows of a batch, so every row runs the prompt's forward pass again. Packed, such rows become one sequence: the
+prompt once, then each row's own tokens one after the other. An attention mask lets every token see the prompt and
+the earlier tokens of its own row only, and position ids continue each row from the prompt's end, so each token's
+hidden state is the one its own row gives (up to floating-point summation order). ``where`` maps every token of
+the batch to its place in the packed rows, so log-probs come back in the batch's own layout.
+
+A packed row holds at most ``max_factor`` times the group's longest row (its attention is a full ``L x L`` matmul
+under an explicit mask; unbounded, a group of 64 rows would be one sequence of 64 rows' length): a group that does
+not fit is dealt over several packed rows, each with its own copy of the prompt.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class Packed:
+    input_ids: Tensor  # [G, L]
+    position_ids: Tensor  # [G, L]
+    mask: Tensor  # [G, 1, L, L] bool, True = attend
+    where: Tensor  # [B, T] long: flat index (g * L + p) of each real token of the batch; -1 on padding
+    tokens: int  # real tokens in the packed rows (the batch's: attention_mask.sum())
+
+
+def prompt_length(attention_mask: Tensor, loss_mask: Tensor) -> list[int]:
+    """Per row, the tokens before its first scored one (its whole length when none is scored)."""
+    lengths = attention_mask.sum(-1).tolist()
+    scored = (loss_mask > 0) & (attention_mask > 0)
+    return [int(torch.nonzero(scored[i])[0]) if bool(scored[i].any()) else lengths[i] for i in range(len(lengths))]
+
+
+def prompt_keys(input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor) -> list[tuple]:
+    """One key per row: its prompt tokens (rows with equal keys can share the prompt's forward); a row without a
+    prompt gets a key of its own."""
+    return [tuple(input_ids[i, :p].tolist()) if p > 0 else ("row", i)
+            for i, p in enumerate(prompt_length(attention_mask, loss_mask))]
+
+
+def _segments(rows: list[int], prefix: int, lengths: list[int], cap: int) -> list[list[int]]:
+    """``rows`` (one prompt) dealt in order over packed rows of at most ``cap`` tokens (at least one row each)."""
+    out, current, size = [], [], prefix
+    for i in rows:
+        own = lengths[i] - prefix
+        if current and size + own > cap:
+            out.append(current)
+            current, size = [], prefix
+        current.append(i)
+        size += own
+    return out + [current]
+
+
+def pack_shared_prompts(input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor,
+                        max_factor: float = 3.0) -> Packed | None:
+    """Pack a right-padded batch's rows by shared prompt (see the module doc); None when no two rows share one
+    (nothing to save). Rows keep their order within a packed row; packed rows follow their groups' first rows."""
+    if max_factor < 1:
+        raise ValueError(f"max_factor must be at least 1, not {max_factor}")
+    lengths = attention_mask.sum(-1).tolist()
+    prefixes = prompt_length(attention_mask, loss_mask)
+    groups: dict = {}
+    for i, key in enumerate(prompt_keys(input_ids, attention_mask, loss_mask)):
+        groups.setdefault(key, []).append(i)
+    if all(len(rows) == 1 for rows in groups.values()):
+        return None
+    packs = []  # (prefix length, rows)
+    for rows in groups.values():
+        prefix = prefixes[rows[0]] if len(rows) > 1 else lengths[rows[0]]
+        cap = int(max_factor * max(lengths[i] for i in rows))
+        packs += [(prefix, seg) for seg in _segments(rows, prefix, lengths, cap)]
+    width = max(p + sum(lengths[i] - p for i in rows) for p, rows in packs)
+    n, t = input_ids.shape
+    ids = torch.zeros(len(packs), width, dtype=input_ids.dtype)
+    pos = torch.zeros(len(packs), width, dtype=torch.long)
+    seg = torch.empty(len(packs), width, dtype=torch.long)
+    where = torch.full((n, t), -1, dtype=torch.long)
+    for g, (p, rows) in enumerate(packs):
+        ids[g, :p] = input_ids[rows[0], :p]
+        pos[g, :p] = torch.arange(p)
+        where[rows, :p] = g * width + torch.arange(p)
+        seg[g] = -2 - torch.arange(width)  # padding: a segment of its own per position (sees itself only)
+        seg[g, :p] = -1  # the prompt: seen by every row
+        at = p
+        for k, i in enumerate(rows):
+            own = lengths[i] - p
+            ids[g, at:at + own] = input_ids[i, p:lengths[i]]
+            pos[g, at:at + own] = torch.arange(p, lengths[i])
+            seg[g, at:at + own] = k
+            where[i, p:lengths[i]] = g * width + torch.arange(at, at + own)
+            at += own
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    visible = (seg[:, None, :] == -1) | (seg[:, None, :] == seg[:, :, None])  # [G, query, key]
+    return Packed(ids, pos, (visible & causal)[:, None], where, int(sum(lengths)))

@@ -1,0 +1,109 @@
+"""Shared-prompt packing (selfevo.policy.packing): the layout worked out by hand, the degenerate cases, and the
+store's log-probs and gradients packed against the same rows run one by one."""
+import pytest
+import torch
+
+from helpers.adapters import randomize_adapters
+from selfevo.policy import SeqBatch
+from selfevo.policy.packing import pack_shared_prompts, prompt_keys, prompt_length
+
+
+def _batch(prompts, completions):
+    return SeqBatch.build(prompts, completions, 0)
+
+
+def test_layout_by_hand():
+    # rows 0 and 2 share the prompt [5, 6, 7]; row 1 has its own
+    b = _batch([[5, 6, 7], [5, 6], [5, 6, 7]], [[8, 9], [4], [3]])
+    p = pack_shared_prompts(b.input_ids, b.attention_mask, b.loss_mask)
+    # packed row 0: prompt 5 6 7, row 0's 8 9, row 2's 3 (width 6); packed row 1: row 1 whole (5 6 4), padded
+    assert p.input_ids.tolist() == [[5, 6, 7, 8, 9, 3], [5, 6, 4, 0, 0, 0]]
+    assert p.position_ids.tolist() == [[0, 1, 2, 3, 4, 3], [0, 1, 2, 0, 0, 0]]
+    assert p.where.tolist() == [[0, 1, 2, 3, 4], [6, 7, 8, -1, -1], [0, 1, 2, 5, -1]]
+    assert p.tokens == 5 + 3 + 4
+    m = p.mask[0, 0].int().tolist()
+    assert m[3] == [1, 1, 1, 1, 0, 0]  # row 0's first token: the prompt and itself
+    assert m[4] == [1, 1, 1, 1, 1, 0]
+    assert m[5] == [1, 1, 1, 0, 0, 1]  # row 2's token: the prompt and itself, not row 0's tokens
+    m1 = p.mask[1, 0].int().tolist()
+    assert m1[2] == [1, 1, 1, 0, 0, 0]  # a row alone is plain causal
+    assert m1[4] == [1, 1, 1, 0, 1, 0]  # padding sees the prompt and itself (never an empty row)
+
+
+def test_nothing_shared_gives_none():
+    b = _batch([[5, 6], [7, 6]], [[1], [2]])
+    assert pack_shared_prompts(b.input_ids, b.attention_mask, b.loss_mask) is None
+
+
+def test_prompt_length_and_keys_degenerate_rows():
+    b = _batch([[5, 6], [5, 6], []], [[1], [], [4, 4]])
+    assert prompt_length(b.attention_mask, b.loss_mask) == [2, 2, 0]  # no scored token: the whole row
+    keys = prompt_keys(b.input_ids, b.attention_mask, b.loss_mask)
+    assert keys[0] == keys[1] == (5, 6) and keys[2] == ("row", 2)  # no prompt: shares nothing
+    p = pack_shared_prompts(b.input_ids, b.attention_mask, b.loss_mask)
+    assert p.input_ids.shape[0] == 2 and p.where[1, :2].tolist() == [0, 1]  # the empty row adds no tokens
+
+
+def test_a_group_longer_than_the_cap_is_dealt_over_packed_rows():
+    b = _batch([[5, 6]] * 4, [[1, 2]] * 4)  # rows of 4 tokens; cap 1.5 x 4 = 6 tokens: prompt + 2 rows
+    p = pack_shared_prompts(b.input_ids, b.attention_mask, b.loss_mask, max_factor=1.5)
+    assert p.input_ids.tolist() == [[5, 6, 1, 2, 1, 2]] * 2
+    with pytest.raises(ValueError, match="max_factor"):
+        pack_shared_prompts(b.input_ids, b.attention_mask, b.loss_mask, max_factor=0.5)
+
+
+def _group_batch():
+    gen = torch.Generator().manual_seed(3)
+    prompts = [[5, 9, 11, 7], [5, 9, 11, 7], [5, 9, 11, 7], [8, 3], [8, 3]]
+    completions = [torch.randint(10, 200, (n,), generator=gen).tolist() for n in (6, 3, 9, 5, 2)]
+    return _batch(prompts, completions)
+
+
+def test_store_logprobs_and_gradients_packed_equal_unpacked(make_store):
+    store = make_store(("a0",))
+    randomize_adapters(store)
+    b = _group_batch()
+    grads, logps = [], []
+    for packed in (False, True):
+        store.shared_prompts = packed
+        assert (store._packed(b) is not None) == packed
+        store.backbones["tiny-random"].model.zero_grad()
+        lp = store.token_logprobs("a0", b)
+        (lp * torch.arange(lp.numel()).view_as(lp).float().sin()).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in store.adapter_params("a0")]))
+        logps.append(lp.detach())
+    torch.testing.assert_close(logps[1], logps[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-5, rtol=1e-4)
+    assert (logps[0][b.loss_mask == 0] == 0).all() and (logps[0][:, 1:][b.loss_mask[:, 1:] > 0] != 0).all()
+
+
+def test_store_keeps_a_prompts_rows_in_one_micro_batch(make_store):
+    store = make_store(("a0",), micro_batch=2, shared_prompts=True)
+    b = _group_batch()
+    mbs = store.micro_batches(b)
+    # every micro-batch holds one prompt's rows, in runs of at most 2: 3 rows of one prompt, 2 of the other
+    assert all(len(set(prompt_keys(mb.input_ids, mb.attention_mask, mb.loss_mask))) == 1 for mb in mbs)
+    assert sorted(mb.input_ids.shape[0] for mb in mbs) == [1, 2, 2] and sum(len(mb.groups) for mb in mbs) == 5
+    store.shared_prompts = False  # by length, as before: rows of 10, 7, 13 | 7, 4 tokens
+    assert [mb.attention_mask.sum(-1).tolist() for mb in store.micro_batches(b)] == [[13, 10], [7, 7], [4]]
+
+
+def test_store_step_packed_matches_unpacked(make_store):
+    """A GRPO step packed: the same loss and gradient norm as unpacked, and the adapter moves (AdamW's first step
+    moves every weight by about ±lr, so the moves themselves are compared through the gradients above)."""
+    from selfevo.optimizers import OPTIMIZERS, Samples
+    from selfevo.optimizers.trainer import TrainerCfg
+
+    b = _group_batch()
+    rewards = torch.tensor([1.0, 0.0, 0.5, 1.0, 0.0])
+    stats = []
+    for packed in (False, True):
+        torch.manual_seed(0)  # PEFT draws the LoRA A matrices from the global generator
+        store = make_store(("a0",), micro_batch=4, shared_prompts=packed)
+        randomize_adapters(store, seed=1)
+        before = [p.detach().clone() for p in store.adapter_params("a0")]
+        stats.append(OPTIMIZERS.get("grpo")(TrainerCfg())(store, "a0", Samples(b, rewards)))
+        assert max(float((p.detach() - q).abs().max()) for p, q in zip(store.adapter_params("a0"), before)) > 0
+        assert stats[-1]["optimizer_steps"] == 1
+    assert stats[1]["loss"] == pytest.approx(stats[0]["loss"], rel=1e-4, abs=1e-6)
+    assert stats[1]["grad_norm"] == pytest.approx(stats[0]["grad_norm"], rel=1e-4)
