@@ -38,8 +38,11 @@ def prompt_length(attention_mask: Tensor, loss_mask: Tensor) -> list[int]:
 def prompt_keys(input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor) -> list[tuple]:
     """One key per row: its prompt tokens (rows with equal keys can share the prompt's forward); a row without a
     prompt gets a key of its own."""
-    return [tuple(input_ids[i, :p].tolist()) if p > 0 else ("row", i)
-            for i, p in enumerate(prompt_length(attention_mask, loss_mask))]
+    return _keys(input_ids, prompt_length(attention_mask, loss_mask))
+
+
+def _keys(input_ids: Tensor, prefixes: list[int]) -> list[tuple]:
+    return [tuple(input_ids[i, :p].tolist()) if p > 0 else ("row", i) for i, p in enumerate(prefixes)]
 
 
 def _segments(rows: list[int], prefix: int, lengths: list[int], cap: int) -> list[list[int]]:
@@ -64,7 +67,7 @@ def pack_shared_prompts(input_ids: Tensor, attention_mask: Tensor, loss_mask: Te
     lengths = attention_mask.sum(-1).tolist()
     prefixes = prompt_length(attention_mask, loss_mask)
     groups: dict = {}
-    for i, key in enumerate(prompt_keys(input_ids, attention_mask, loss_mask)):
+    for i, key in enumerate(_keys(input_ids, prefixes)):
         groups.setdefault(key, []).append(i)
     if all(len(rows) == 1 for rows in groups.values()):
         return None

@@ -34,8 +34,8 @@ from selfevo import distributed, models
 from selfevo.policy.adamw import CompactAdamW
 from selfevo.policy.batch import SeqBatch
 from selfevo.policy.logprobs import chosen_entropy, chosen_logprobs
-from selfevo.policy.packing import Packed, pack_shared_prompts, prompt_keys
 from selfevo.policy.lora_compute import ActivationDtypeLoRA
+from selfevo.policy.packing import Packed, pack_shared_prompts, prompt_keys
 from selfevo.shapes import Shapes
 from selfevo.types import Request
 
