@@ -101,10 +101,13 @@ def score(store: PolicyStore, agent: str | None, batch: SeqBatch, backbone: str 
 def reference_logprobs(store: PolicyStore, agent: str, batch: SeqBatch, cfg: TrainerCfg):
     """(current, reference) log-probs when KL is used; (None, None) otherwise. The reference is the agent's frozen
     reference adapter when it has one (:meth:`PolicyStore.reference_of`), else the backbone with the adapter
-    disabled."""
+    disabled. The current log-probs are scored only when the KL folds into the reward (``kl_in_reward``: the
+    return needs them before the update); as a loss term the KL is taken from the training forward itself
+    (:func:`policy_step` reports it as ``kl``), so the current policy is not scored: (None, reference)."""
     if cfg.kl_coef == 0:
         return None, None
-    return score(store, agent, batch), score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
+    ref = score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
+    return (score(store, agent, batch) if cfg.kl_in_reward else None), ref
 
 
 def policy_step(store: PolicyStore, agent: str, batch: SeqBatch, advantages: torch.Tensor, cfg: TrainerCfg,
@@ -113,7 +116,8 @@ def policy_step(store: PolicyStore, agent: str, batch: SeqBatch, advantages: tor
     steps of ``cfg.train_batch`` rows (shuffled per pass, seeded by the agent and its adapter version), each a token
     mean over its own rows. The old log-probs are the rollout policy's, scored once before the first step (when
     there is a single step over all rows they equal the current ones: ratio 1, no extra pass). ``advantages``
-    [B, T] (0 off the mask); with ``ref_logp`` and ``kl_in_reward=False`` a KL loss term is added.
+    [B, T] (0 off the mask); with ``ref_logp`` and ``kl_in_reward=False`` a KL loss term is added, and the stats'
+    ``kl`` is its token mean (the estimator's, from each optimizer step's own forward, averaged over the steps).
     """
     extras = {"adv": advantages}
     if ref_logp is not None and not cfg.kl_in_reward:
@@ -134,7 +138,8 @@ def policy_step(store: PolicyStore, agent: str, batch: SeqBatch, advantages: tor
 
 def _clipped_step(store: PolicyStore, agent: str, batch: SeqBatch, cfg: TrainerCfg) -> dict:
     n = count_tokens([batch.loss_mask])  # the whole step's tokens (every rank holds the whole batch)
-    sums = torch.zeros(2, dtype=torch.float64)  # clipped tokens, Σ (old - new) log-prob over this rank's tokens
+    # this rank's clipped tokens, Σ (old - new) log-prob, Σ KL-to-reference term (when it is a loss term)
+    sums = torch.zeros(3, dtype=torch.float64)
 
     def loss_fn(logp: torch.Tensor, mb: SeqBatch) -> torch.Tensor:
         old = mb.extras["old"] if "old" in mb.extras else logp.detach()
@@ -144,13 +149,16 @@ def _clipped_step(store: PolicyStore, agent: str, batch: SeqBatch, cfg: TrainerC
         sums[1] += float(masked_mean(old - logp.detach(), mb.loss_mask)) * tokens
         total = token_mean(loss, mb.loss_mask, n)
         if "ref" in mb.extras:
-            total = total + cfg.kl_coef * kl_loss(logp, mb.extras["ref"], mb.loss_mask, cfg.kl_estimator,
-                                                  normaliser=n)
+            kl = kl_loss(logp, mb.extras["ref"], mb.loss_mask, cfg.kl_estimator, normaliser=n)
+            sums[2] += float(kl.detach()) * n  # token_mean over the step: Σ kl_t of this micro-batch
+            total = total + cfg.kl_coef * kl
         return total
 
     stats = store.step(agent, batch, loss_fn)
-    clipped, kl = (distributed.all_reduce_sum(sums) / max(n, 1.0)).tolist()
-    stats["clip_frac"], stats["kl_rollout"] = clipped, kl  # token means over the whole step
+    clipped, kl_rollout, kl_ref = (distributed.all_reduce_sum(sums) / max(n, 1.0)).tolist()
+    stats["clip_frac"], stats["kl_rollout"] = clipped, kl_rollout  # token means over the whole step
+    if "ref" in batch.extras:
+        stats["kl"] = kl_ref
     return stats
 
 
@@ -158,9 +166,12 @@ def _merge_steps(steps: list[dict]) -> dict:
     """Stats of several optimizer steps: loss, grad norm, clip fraction and KL to the rollout policy averaged;
     ``optimizer_steps`` counts the steps taken (a non-finite gradient skips one)."""
     mean = lambda key: sum(s[key] for s in steps) / len(steps)  # noqa: E731
-    return {"loss": mean("loss"), "grad_norm": mean("grad_norm"), "skipped": any(s["skipped"] for s in steps),
-            "clip_frac": mean("clip_frac"), "kl_rollout": mean("kl_rollout"),
-            "optimizer_steps": sum(not s["skipped"] for s in steps)}
+    merged = {"loss": mean("loss"), "grad_norm": mean("grad_norm"), "skipped": any(s["skipped"] for s in steps),
+              "clip_frac": mean("clip_frac"), "kl_rollout": mean("kl_rollout"),
+              "optimizer_steps": sum(not s["skipped"] for s in steps)}
+    if all("kl" in s for s in steps):
+        merged["kl"] = mean("kl")
+    return merged
 
 
 def hash_seed(*parts) -> int:

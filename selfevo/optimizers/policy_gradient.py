@@ -25,7 +25,9 @@ def reinforce_pp(cfg: TrainerCfg) -> Optimizer:
         adv = reinforce_pp_advantages(samples.rewards, kl, batch.loss_mask, beta=beta, eps=WHITEN_EPS,
                                       group_ids=samples.groups)
         stats = policy_step(store, agent, batch, adv, cfg, ref)
-        stats["kl"] = float(masked_mean(kl, batch.loss_mask)) if kl is not None else 0.0
+        if kl is not None:  # folded into the reward (else policy_step reports the loss term's KL, or none: 0)
+            stats["kl"] = float(masked_mean(kl, batch.loss_mask))
+        stats.setdefault("kl", 0.0)
         return stats
 
     return update
@@ -44,7 +46,9 @@ def _sequence_advantage_update(cfg: TrainerCfg, default_groups) -> Optimizer:
             rewards = rewards - cfg.kl_coef * kl.sum(-1)
         adv = task_relative_advantages(rewards, groups, eps=WHITEN_EPS)[:, None] * batch.loss_mask
         stats = policy_step(store, agent, batch, adv, cfg, ref)
-        stats["kl"] = float(masked_mean(kl, batch.loss_mask)) if kl is not None else 0.0
+        if kl is not None:  # folded into the reward (else policy_step reports the loss term's KL, or none: 0)
+            stats["kl"] = float(masked_mean(kl, batch.loss_mask))
+        stats.setdefault("kl", 0.0)
         return stats
 
     return update

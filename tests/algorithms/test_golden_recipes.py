@@ -88,7 +88,9 @@ def _maestro_step(tmp_path: Path, run: Path, *overrides: str) -> int:
 def test_one_maestro_step_is_pinned(tmp_path):
     # regenerated 2026-11-27 for trainer.shared_prompts (default true): a slate's rows share their prompt's LoRA
     # dropout mask (preset dropout 0.05), so the adapters moved; with shared_prompts=false the step reproduces the
-    # previous golden's checksums, and without dropout both settings give the same step (test below)
+    # previous golden's checksums, and without dropout both settings give the same step (test below).
+    # 2026-11-27 (fourth sitting): the executors' KL is a loss term, so the current policy is no longer scored
+    # before their update: update_shapes' score count halved (12 -> 6 micro-batches); adapters and metrics kept
     run = tmp_path / "run"
     assert _maestro_step(tmp_path, run) == 0
     got = _record(run)

@@ -9,8 +9,8 @@ import torch
 from selfevo.interaction import Episode, Turn
 from selfevo.loop import TrainerCfg
 from selfevo.optimizers import OPTIMIZERS, Samples, train_agents
-from selfevo.optimizers.base import on_policy
-from selfevo.optimizers.objectives import task_relative_advantages
+from selfevo.optimizers.base import on_policy, score
+from selfevo.optimizers.objectives import kl_estimate, masked_mean, task_relative_advantages
 from selfevo.policy import SeqBatch
 from selfevo.types import Completion, Request, Task
 
@@ -109,13 +109,31 @@ def test_kl_variants_train_and_measure_kl(store, name, cfg):
     opt = OPTIMIZERS.get(name)(cfg)
     before = snapshot(store)
     first = opt(store, "a0", samples_of(store))
-    if "kl" in first:
-        assert abs(first["kl"]) < 1e-6  # a fresh adapter (B = 0) is the reference policy
+    assert abs(first["kl"]) < 1e-6  # a fresh adapter (B = 0) is the reference policy
     second = opt(store, "a0", samples_of(store))
-    if "kl" in second and cfg.kl_in_reward:
-        assert second["kl"] != 0.0
+    assert second["kl"] != 0.0  # the adapter moved away from the reference
     after = snapshot(store)
     assert math.isfinite(second["loss"]) and delta(before, after, "a0") > 0 and delta(before, after, "a1") == 0
+
+
+@pytest.mark.parametrize("name", ["grpo", "task_relative", "reinforce_pp"])
+def test_kl_as_a_loss_term_is_measured_in_the_training_forward(store, name, monkeypatch):
+    """With the KL as a loss term only the reference is scored before the update (one pass, not two), and the
+    reported ``kl`` is the estimator's token mean at the policy that was trained: the same number as scoring the
+    current policy separately (on-policy, no dropout)."""
+    import selfevo.optimizers.base as base
+    cfg = TrainerCfg(kl_coef=0.1, kl_in_reward=False, kl_estimator="k3")
+    opt = OPTIMIZERS.get(name)(cfg)
+    opt(store, "a0", samples_of(store))  # move the adapter off the reference
+    samples = samples_of(store)
+    cur, ref = score(store, "a0", samples.batch), score(store, None, samples.batch, store.agent_backbone["a0"])
+    expected = float(masked_mean(kl_estimate(cur, ref, "k3"), samples.batch.loss_mask))
+    calls = []
+    real = base.score
+    monkeypatch.setattr(base, "score", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    stats = opt(store, "a0", samples)
+    assert calls == [None]  # the reference only (the backbone, adapter disabled)
+    assert expected > 1e-6 and stats["kl"] == pytest.approx(expected, rel=1e-3, abs=1e-7)
 
 
 def test_micro_batch_size_does_not_change_the_gradient(store):
