@@ -1,0 +1,75 @@
+"""What the KL costs in an update: GRPO's loss-term KL scores the reference only (since 2026-11-27), not also the
+current policy (the pass the KL-in-reward form needs before its advantages).
+
+    .venv/bin/python benchmarks/kl_pass.py [--prompts 4] [--per-prompt 8] [--repeats 3] [--dtype float32]
+
+GRPO cpu-learn's shapes (``selfevo/configs/grpo/cpu-learn.yaml``): groups of ``--per-prompt`` rows sharing a
+66-token prompt, completions of 40-128 tokens (random ids; timing only), LoRA r=16, micro-batch 8, β = 0.04 as a loss
+term (k3), the trainer's defaults otherwise (gradient checkpointing, shared prompts). Alternates, on one store,
+``now`` (the ``grpo`` optimizer as it runs) and ``old`` (the same preceded by the current-policy scoring pass the
+code ran before), ``--repeats`` times each; keys ``median.{now,old,score_only}`` (seconds) and ``old_over_now``.
+Writes results/kl_pass.json.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, save  # noqa: E402
+
+from selfevo.loop import TrainerCfg  # noqa: E402
+from selfevo.optimizers import OPTIMIZERS, Samples, score  # noqa: E402
+from selfevo.policy import LoraSettings, PolicyStore, SeqBatch  # noqa: E402
+
+MODEL = "smollm2-135m-instruct"
+
+
+def grpo_batch(prompts: int, per_prompt: int) -> Samples:
+    g = torch.Generator().manual_seed(0)
+    p_ids, c_ids = [], []
+    for _ in range(prompts):
+        prompt = torch.randint(100, 40000, (66,), generator=g).tolist()
+        for _ in range(per_prompt):
+            n = int(torch.randint(40, 129, (1,), generator=g))
+            p_ids.append(prompt)
+            c_ids.append(torch.randint(100, 40000, (n,), generator=g).tolist())
+    rewards = (torch.rand(len(c_ids), generator=g) < 0.3).float()
+    return Samples(SeqBatch.build(p_ids, c_ids, 0), rewards, [i // per_prompt for i in range(len(c_ids))])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--per-prompt", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    args = ap.parse_args()
+    cfg = TrainerCfg(kl_coef=0.04, kl_estimator="k3", kl_in_reward=False, micro_batch=8, lr=5e-4)
+    store = PolicyStore(dtype=args.dtype, lora=LoraSettings(r=16, alpha=32, dropout=0.0), lr=cfg.lr,
+                        micro_batch=cfg.micro_batch, gradient_checkpointing=cfg.gradient_checkpointing,
+                        shared_prompts=cfg.shared_prompts)
+    store.add_agent("agent0", MODEL)
+    samples, update = grpo_batch(args.prompts, args.per_prompt), OPTIMIZERS.get("grpo")(cfg)
+    runs: dict[str, list[float]] = {"now": [], "old": [], "score_only": []}
+    for _ in range(args.repeats):
+        for mode in ("now", "old"):
+            start = time.perf_counter()
+            if mode == "old":
+                score(store, "agent0", samples.batch)
+                runs["score_only"].append(time.perf_counter() - start)
+            update(store, "agent0", samples)
+            runs[mode].append(time.perf_counter() - start)
+            print(f"{mode}: {runs[mode][-1]:.1f} s", flush=True)
+    median = {k: round(statistics.median(v), 2) for k, v in runs.items()}
+    save("kl_pass", {"rows": len(samples.rewards), "dtype": args.dtype, "runs": runs, "median": median,
+                     "old_over_now": round(median["old"] / median["now"], 3), "machine": machine()})
+
+
+if __name__ == "__main__":
+    main()
