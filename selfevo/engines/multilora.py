@@ -19,7 +19,7 @@ from typing import Sequence
 
 import torch
 
-from selfevo.engines.packed import frozen_linear
+from selfevo.engines.packed import frozen_linear, frozen_linear_into
 
 
 def lora_layers(model) -> list:
@@ -101,7 +101,7 @@ class MultiLoRA:
         self._groups.append(group)
         start = 0
         for layer, (a, b, _, _) in zip(members, stacks):
-            delta = _delta(group, start, start + a.shape[0], frozen_linear(b))
+            delta = _delta(group, start, start + a.shape[0], frozen_linear_into(b))
             self.deltas[id(layer)] = delta
             handle = layer.register_forward_hook(lambda module, args, output, d=delta: d(args[0], output))
             self._stack.callback(handle.remove)
@@ -142,10 +142,11 @@ def _siblings(model) -> dict[str, list]:
 
 
 def _delta(group: _Group, start: int, end: int, expand):
-    """``delta(x, output)``: output += (masked shrink of x, this layer's columns) @ B^T, in place."""
+    """``delta(x, output)``: output += (masked shrink of x, this layer's columns) @ B^T, in place (accumulated by
+    the GEMM: :func:`~selfevo.engines.packed.frozen_linear_into`)."""
     def delta(x, output):
         part = group.shrink(x)[..., start:end]
-        output.view(-1, output.shape[-1]).add_(expand(part.reshape(-1, end - start)))
+        expand(part.reshape(-1, end - start), output.view(-1, output.shape[-1]))
         return output
 
     return delta

@@ -417,3 +417,21 @@ def test_kv_budget_keeps_the_cache_small_and_the_outputs_unchanged(make_store, m
         assert a.token_ids == b.token_ids and a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     assert max(tokens for _, tokens in capped) <= budget < max(tokens for _, tokens in seen), (budget, prompts, capped)
     assert 1 < max(rows for rows, _ in capped) < max(rows for rows, _ in seen)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@torch.no_grad()
+def test_frozen_linear_into_accumulates_the_product_in_place(dtype):
+    """out += x @ W^T on the output's own storage (a strided x: a group's shrink columns), no new tensor returned;
+    bf16 goes through vLLM's packed oneDNN GEMM where this CPU has one, else torch's."""
+    from selfevo.engines.packed import frozen_linear_into
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(6, 4, generator=g).to(dtype)
+    x = torch.randn(5, 12, generator=g).to(dtype)[:, 4:8]  # row stride 12
+    out = torch.randn(5, 6, generator=g).to(dtype)
+    want = out.float() + x.float() @ w.float().t()
+    ptr = out.data_ptr()
+    frozen_linear_into(w)(x, out)
+    assert out.data_ptr() == ptr
+    torch.testing.assert_close(out.float(), want, **({} if dtype == torch.float32 else {"atol": 0.05, "rtol": 0.02}))
