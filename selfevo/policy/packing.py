@@ -7,9 +7,11 @@ the earlier tokens of its own row only, and position ids continue each row from 
 hidden state is the one its own row gives (up to floating-point summation order). ``where`` maps every token of
 the batch to its place in the packed rows, so log-probs come back in the batch's own layout.
 
-A packed row holds at most ``max_factor`` times the group's longest row (its attention is a full ``L x L`` matmul
-under an explicit mask; unbounded, a group of 64 rows would be one sequence of 64 rows' length): a group that does
-not fit is dealt over several packed rows, each with its own copy of the prompt.
+A packed row holds at most ``max_factor`` times the group's longest row (under another attention than selfevo's its
+attention is a full ``L x L`` matmul under the explicit mask; unbounded, a group of 64 rows would be one sequence of
+64 rows' length): a group that does not fit is dealt over several packed rows, each with its own copy of the
+prompt. ``segments`` gives the same visibility as ranges, from which :func:`selfevo.attention.segmented_attention`
+computes only the prompt's and each row's own blocks.
 """
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ class Packed:
     mask: Tensor  # [G, 1, L, L] bool, True = attend
     where: Tensor  # [B, T] long: flat index (g * L + p) of each real token of the batch; -1 on padding
     tokens: int  # real tokens in the packed rows (the batch's: attention_mask.sum())
+    # per packed row: (prompt length, [(start, end) of each row's own tokens]): what ``mask`` says, as ranges
+    # (:func:`selfevo.attention.segmented_attention` runs the attention from them without an L x L mask)
+    segments: list[tuple[int, list[tuple[int, int]]]]
 
 
 def prompt_length(attention_mask: Tensor, loss_mask: Tensor) -> list[int]:
@@ -82,20 +87,24 @@ def pack_shared_prompts(input_ids: Tensor, attention_mask: Tensor, loss_mask: Te
     pos = torch.zeros(len(packs), width, dtype=torch.long)
     seg = torch.empty(len(packs), width, dtype=torch.long)
     where = torch.full((n, t), -1, dtype=torch.long)
+    segments = []
     for g, (p, rows) in enumerate(packs):
         ids[g, :p] = input_ids[rows[0], :p]
         pos[g, :p] = torch.arange(p)
         where[rows, :p] = g * width + torch.arange(p)
         seg[g] = -2 - torch.arange(width)  # padding: a segment of its own per position (sees itself only)
         seg[g, :p] = -1  # the prompt: seen by every row
-        at = p
+        at, spans = p, []
         for k, i in enumerate(rows):
             own = lengths[i] - p
             ids[g, at:at + own] = input_ids[i, p:lengths[i]]
             pos[g, at:at + own] = torch.arange(p, lengths[i])
             seg[g, at:at + own] = k
             where[i, p:lengths[i]] = g * width + torch.arange(at, at + own)
+            if own:
+                spans.append((at, at + own))
             at += own
+        segments.append((p, spans))
     causal = torch.ones(width, width, dtype=torch.bool).tril()
     visible = (seg[:, None, :] == -1) | (seg[:, None, :] == seg[:, :, None])  # [G, query, key]
-    return Packed(ids, pos, (visible & causal)[:, None], where, int(sum(lengths)))
+    return Packed(ids, pos, (visible & causal)[:, None], where, int(sum(lengths)), segments)

@@ -31,6 +31,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from selfevo import distributed, models
+from selfevo.attention import segments_supported
 from selfevo.policy.adamw import CompactAdamW
 from selfevo.policy.batch import SeqBatch
 from selfevo.policy.logprobs import chosen_entropy, chosen_logprobs
@@ -194,8 +195,11 @@ class PolicyStore:
                 hidden = lm.model(input_ids=batch.input_ids.to(dev), attention_mask=mask,
                                   use_cache=False).last_hidden_state[:, :-1][scored.to(dev)]
             else:  # token t of row i is predicted from the hidden state at its row's position t - 1
-                hidden = lm.model(input_ids=packed.input_ids.to(dev), attention_mask=packed.mask.to(dev),
-                                  position_ids=packed.position_ids.to(dev), use_cache=False).last_hidden_state
+                # selfevo's attention runs the packed rows from their ranges; any other gets the explicit mask
+                ranges = {"packed_segments": packed.segments} if segments_supported(lm.config) else {}
+                hidden = lm.model(input_ids=packed.input_ids.to(dev), position_ids=packed.position_ids.to(dev),
+                                  attention_mask=None if ranges else packed.mask.to(dev), use_cache=False,
+                                  **ranges).last_hidden_state
                 hidden = hidden.flatten(0, 1)[packed.where[:, :-1][scored].to(dev)]
             logp = chosen_logprobs(hidden, head, batch.input_ids[:, 1:][scored].to(dev))
             ent = chosen_entropy(hidden, head) if entropy else None

@@ -28,6 +28,7 @@ def test_layout_by_hand():
     m1 = p.mask[1, 0].int().tolist()
     assert m1[2] == [1, 1, 1, 0, 0, 0]  # a row alone is plain causal
     assert m1[4] == [1, 1, 1, 0, 1, 0]  # padding sees the prompt and itself (never an empty row)
+    assert p.segments == [(3, [(3, 5), (5, 6)]), (3, [])]  # the same as ranges; a row alone: its prompt only
 
 
 def test_nothing_shared_gives_none():
@@ -50,6 +51,49 @@ def test_a_group_longer_than_the_cap_is_dealt_over_packed_rows():
     assert p.input_ids.tolist() == [[5, 6, 1, 2, 1, 2]] * 2
     with pytest.raises(ValueError, match="max_factor"):
         pack_shared_prompts(b.input_ids, b.attention_mask, b.loss_mask, max_factor=0.5)
+
+
+@pytest.mark.parametrize("gqa", [False, True])
+def test_segmented_attention_is_the_masked_attention(gqa):
+    """From ranges, without the L x L mask: the same outputs and gradients as SDPA under the packed mask at every
+    non-padding position (padding gets zeros there; nothing reads it), incl. a row alone, a one-token row and p=0."""
+    from selfevo.attention import segmented_attention
+
+    b = _batch([[5, 6, 7], [5, 6], [5, 6, 7], [5, 6, 7], [], []], [[8, 9], [4], [3], [1, 2, 3, 4], [7, 7], [7, 7]])
+    p = pack_shared_prompts(b.input_ids, b.attention_mask, b.loss_mask)
+    segments = p.segments + [(0, [(0, 2), (2, 3)])]  # add a packed row without a prompt
+    mask = torch.cat([p.mask, torch.ones(1, 1, p.mask.shape[-1], p.mask.shape[-1], dtype=torch.bool).tril()])
+    mask[-1, 0, 2, :2] = False  # its second range: own token only
+    g, width = len(segments), p.mask.shape[-1]
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(g, 6, width, 4, generator=gen, requires_grad=True)
+    kv_heads = 2 if gqa else 6
+    k = torch.randn(g, kv_heads, width, 4, generator=gen, requires_grad=True)
+    v = torch.randn(g, kv_heads, width, 4, generator=gen, requires_grad=True)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa).transpose(1, 2)
+    got, _ = segmented_attention(q, k, v, segments)
+    real = torch.zeros(g, width, dtype=torch.bool)
+    for row, (prompt, spans) in enumerate(segments):
+        real[row, :spans[-1][1] if spans else prompt] = True
+    assert (got[~real] == 0).all()
+    torch.testing.assert_close(got[real], want[real])
+    weights = torch.randn(got[real].shape, generator=gen)
+    grads = [torch.autograd.grad((out[real] * weights).sum(), (q, k, v)) for out in (got, want)]
+    for a, b_ in zip(*grads):
+        torch.testing.assert_close(a, b_)
+
+
+def test_store_runs_packed_rows_from_ranges_when_its_attention_can(make_store, monkeypatch):
+    import selfevo.attention as attention
+
+    store = make_store(("a0",))
+    store.shared_prompts = True
+    calls = []
+    real = attention.segmented_attention
+    monkeypatch.setattr(attention, "segmented_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    store.token_logprobs("a0", _group_batch())
+    assert calls  # the model's attention is selfevo_gqa: ranges, no mask
+    assert attention.segments_supported(store.backbones["tiny-random"].causal_lm.config)
 
 
 def _group_batch():
