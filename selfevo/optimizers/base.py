@@ -106,8 +106,8 @@ def reference_logprobs(store: PolicyStore, agent: str, batch: SeqBatch, cfg: Tra
     (:func:`policy_step` reports it as ``kl``), so the current policy is not scored: (None, reference)."""
     if cfg.kl_coef == 0:
         return None, None
-    ref = score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
-    return (score(store, agent, batch) if cfg.kl_in_reward else None), ref
+    cur = score(store, agent, batch) if cfg.kl_in_reward else None  # (scored first, as before)
+    return cur, score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
 
 
 def policy_step(store: PolicyStore, agent: str, batch: SeqBatch, advantages: torch.Tensor, cfg: TrainerCfg,
