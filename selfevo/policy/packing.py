@@ -25,12 +25,25 @@ from torch import Tensor
 class Packed:
     input_ids: Tensor  # [G, L]
     position_ids: Tensor  # [G, L]
-    mask: Tensor  # [G, 1, L, L] bool, True = attend
     where: Tensor  # [B, T] long: flat index (g * L + p) of each real token of the batch; -1 on padding
     tokens: int  # real tokens in the packed rows (the batch's: attention_mask.sum())
-    # per packed row: (prompt length, [(start, end) of each row's own tokens]): what ``mask`` says, as ranges
-    # (:func:`selfevo.attention.segmented_attention` runs the attention from them without an L x L mask)
+    # per packed row: (prompt length, [(start, end) of each row's own tokens]); the attention runs from these
+    # (:func:`selfevo.attention.segmented_attention`) or from :attr:`mask`, built from them on demand
     segments: list[tuple[int, list[tuple[int, int]]]]
+
+    @property
+    def mask(self) -> Tensor:
+        """[G, 1, L, L] bool, True = attend: the prompt causally, each row's tokens the prompt and causally their
+        own; a padding position sees the prompt and itself (never an empty row)."""
+        rows, width = self.input_ids.shape
+        seg = -2 - torch.arange(width).repeat(rows, 1)  # padding: a segment of its own per position
+        for g, (p, spans) in enumerate(self.segments):
+            seg[g, :p] = -1  # the prompt: seen by every row
+            for k, (start, end) in enumerate(spans):
+                seg[g, start:end] = k
+        causal = torch.ones(width, width, dtype=torch.bool).tril()
+        visible = (seg[:, None, :] == -1) | (seg[:, None, :] == seg[:, :, None])  # [G, query, key]
+        return (visible & causal)[:, None]
 
 
 def prompt_length(attention_mask: Tensor, loss_mask: Tensor) -> list[int]:
@@ -85,26 +98,20 @@ def pack_shared_prompts(input_ids: Tensor, attention_mask: Tensor, loss_mask: Te
     n, t = input_ids.shape
     ids = torch.zeros(len(packs), width, dtype=input_ids.dtype)
     pos = torch.zeros(len(packs), width, dtype=torch.long)
-    seg = torch.empty(len(packs), width, dtype=torch.long)
     where = torch.full((n, t), -1, dtype=torch.long)
     segments = []
     for g, (p, rows) in enumerate(packs):
         ids[g, :p] = input_ids[rows[0], :p]
         pos[g, :p] = torch.arange(p)
         where[rows, :p] = g * width + torch.arange(p)
-        seg[g] = -2 - torch.arange(width)  # padding: a segment of its own per position (sees itself only)
-        seg[g, :p] = -1  # the prompt: seen by every row
         at, spans = p, []
-        for k, i in enumerate(rows):
+        for i in rows:
             own = lengths[i] - p
             ids[g, at:at + own] = input_ids[i, p:lengths[i]]
             pos[g, at:at + own] = torch.arange(p, lengths[i])
-            seg[g, at:at + own] = k
             where[i, p:lengths[i]] = g * width + torch.arange(at, at + own)
             if own:
                 spans.append((at, at + own))
             at += own
         segments.append((p, spans))
-    causal = torch.ones(width, width, dtype=torch.bool).tril()
-    visible = (seg[:, None, :] == -1) | (seg[:, None, :] == seg[:, :, None])  # [G, query, key]
-    return Packed(ids, pos, (visible & causal)[:, None], where, int(sum(lengths)), segments)
+    return Packed(ids, pos, where, int(sum(lengths)), segments)

@@ -1,18 +1,12 @@
 """benchmarks/kl_pass.py: the GRPO update timed as it runs and with the old current-policy scoring pass before it."""
-import importlib.util
 import json
 import sys
 
-from helpers.paths import ROOT
+from helpers.ablations import load_benchmark
 
 
 def test_kl_pass_alternates_both_forms_and_writes_medians(monkeypatch, tmp_path):
-    bench = ROOT / "benchmarks"
-    monkeypatch.syspath_prepend(str(bench))
-    monkeypatch.delitem(sys.modules, "common", raising=False)  # benchmarks/ablations has a module of that name
-    spec = importlib.util.spec_from_file_location("bench_kl_pass", bench / "kl_pass.py")
-    kp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(kp)
+    kp = load_benchmark("kl_pass", monkeypatch)
     monkeypatch.setattr(kp, "MODEL", "tiny-random")
     monkeypatch.setattr(sys.modules["common"], "RESULTS", tmp_path)
     monkeypatch.setattr(sys, "argv", ["kl_pass.py", "--prompts", "2", "--per-prompt", "2", "--repeats", "2"])

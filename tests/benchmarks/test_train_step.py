@@ -1,24 +1,17 @@
 """benchmarks/train_step.py --checkpointing-cost: the same update timed with gradient checkpointing off and on,
 interleaved on one store, each mode's peak resident size taken separately."""
 import argparse
-import importlib.util
 import platform
-import sys
 
 import pytest
 
-from helpers.paths import ROOT
+from helpers.ablations import load_benchmark
 
 pytestmark = pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self")
 
 
 def test_checkpointing_cost_times_both_modes_in_pairs_and_restores_nothing_it_should_not(monkeypatch):
-    bench = ROOT / "benchmarks"
-    monkeypatch.syspath_prepend(str(bench))
-    monkeypatch.delitem(sys.modules, "common", raising=False)  # benchmarks/ablations has a module of that name
-    spec = importlib.util.spec_from_file_location("bench_train_step", bench / "train_step.py")
-    ts = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ts)
+    ts = load_benchmark("train_step", monkeypatch)
     monkeypatch.setattr(ts, "MODEL", "tiny-random")
     batch, adv = ts.make_batch(4, 48)
     out = ts.checkpointing_cost(argparse.Namespace(dtype="float32", micro_batch=2, repeats=2), batch, adv)
