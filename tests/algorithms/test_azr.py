@@ -111,7 +111,8 @@ def _record(run) -> dict:
 
 def test_one_azr_step_is_pinned(tmp_path):
     run = tmp_path / "run"
-    rc = cli.main(["run", "azr", "model.backbones=[tiny-random]", "model.dtype=float32", "engine.name=azr_script",
+    rc = cli.main(["run", "azr", "model.backbones=[tiny-random]", "model.dtype=float32", "model.device=cpu",
+                   "engine.name=azr_script",
                    "protocol.open_blocks=false", "protocol.references=2", "protocol.rollouts=2",
                    "protocol.induction_inputs=4", "trainer.tasks_per_step=4", "trainer.max_steps=1", "trainer.lr=1e-2",
                    "eval.at_start=false", "eval.every=0", "seed=1", f"output_dir={run}"])

@@ -32,7 +32,8 @@ def _tasks(tmp_path: Path) -> Path:
 
 
 def _run(tmp_path: Path, out: Path, *extra: str) -> int:
-    return cli.main(["run", "grpo", "model.backbones=[tiny-random]", "model.dtype=float32", "engine.name=golden",
+    return cli.main(["run", "grpo", "model.backbones=[tiny-random]", "model.dtype=float32", "model.device=cpu",
+                     "engine.name=golden",
                      "trainer.tasks_per_step=3", "trainer.prompt_reuse=4", "trainer.lr=1e-2", "seed=1",
                      f"data.tasks=[{_tasks(tmp_path)}]", f"output_dir={out}", *extra])
 

@@ -20,7 +20,7 @@ from selfevo.roles import RoleError, get_role
 from selfevo.types import Completion, Request, Task
 from test_golden_recipes import _compare, _record
 
-SCRIPTED = ["model.backbones=[tiny-random]", "model.dtype=float32", "engine.name=mae_script",
+SCRIPTED = ["model.backbones=[tiny-random]", "model.dtype=float32", "model.device=cpu", "engine.name=mae_script",
             "protocol.proposer_prefix=<question>", "protocol.judge_prefix=<score>", "protocol.proposals=6",
             "protocol.solver_samples=2", "trainer.tasks_per_step=3", "trainer.lr=1e-2", "eval.at_start=false",
             "eval.every=0", "seed=5"]
