@@ -31,8 +31,8 @@ What ``--preset`` means (:data:`SCALES`), for every method at once:
 Per method and seed: its training command (``effect.Row``) with ``seed=S``, resumable (a stopped run continues with
 ``resume=true``; a finished one is reused; a folder trained by another command is refused), then ``selfevo eval``
 of its final adapter on every benchmark; the untrained model once per benchmark. ``--set [METHOD:|eval:]KEY=VALUE``
-adds a key to every method's training, to one method's, or to every evaluation (then use another ``--out``: the
-evaluations already in a folder are reused as they are).
+adds a key to every method's training, to one method's, or to every evaluation (an evaluation already in a folder
+is reused only with the keys it was run with: others are a one-line error, use another ``--out``).
 
 Writes ``benchmarks/results/compare_<preset>.{json,md}``: per benchmark and method the seed-averaged accuracy with
 its Wilson interval, the paired change from the untrained model with its 95% interval, items turned right / wrong,

@@ -117,13 +117,34 @@ def evaluate(out: Path, n: int, extra: list[str], run: bool, bench: str = BENCH,
 
 def evaluate_all(out: Path, n: int, extra: list[str], run: bool, benches: list[str],
                  settings: list[str] | tuple[str, ...] = EVAL) -> dict[str, list[dict] | None]:
-    """:func:`evaluate` per benchmark; those not yet in ``out`` run first in one ``selfevo eval`` (one model load)."""
+    """:func:`evaluate` per benchmark; those not yet in ``out`` run first in one ``selfevo eval`` (one model load).
+    Each evaluation keeps its keys (``settings`` and ``extra``) in ``eval_keys.json`` beside its items: one already
+    there is reused only with the same keys (else a one-line error: another ``--out``)."""
     items = {bench: out / f"{bench}-vanilla" / "items.jsonl" for bench in benches}
+    keys = [*settings, *extra]
+    for bench, path in items.items():
+        check_eval_keys(path.parent, keys)
     missing = [bench for bench, path in items.items() if not path.exists()]
     if run and missing:
         sh([sys.executable, "-m", "selfevo.cli", "eval", *eval_args(n, ",".join(missing), settings),
             f"output_dir={out}", *extra])
+        for bench in missing:
+            if items[bench].exists():
+                (items[bench].parent / "eval_keys.json").write_text(json.dumps(keys) + "\n")
     return {bench: _records(path, n) for bench, path in items.items()}
+
+
+def check_eval_keys(folder: Path, keys: list[str]) -> None:
+    """An evaluation in ``folder`` is reused only with the keys it was run with (``eval_keys.json``; a folder
+    evaluated before that file was written is reused with a printed note, as its keys cannot be checked)."""
+    path = folder / "eval_keys.json"
+    if path.exists():
+        had = json.loads(path.read_text())
+        if had != keys:
+            raise UsageError(f"{folder} was evaluated with {' '.join(had) or 'no extra keys'}, not "
+                             f"{' '.join(keys) or 'no extra keys'}: use another --out")
+    elif (folder / "items.jsonl").exists():
+        print(f"note: {folder} has no eval_keys.json (evaluated before it was kept): reused unchecked", flush=True)
 
 
 def _records(items: Path, n: int) -> list[dict] | None:

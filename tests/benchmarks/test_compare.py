@@ -193,3 +193,6 @@ def test_four_methods_train_evaluate_and_tabulate_on_tiny_random_then_reuse(tmp_
     # another command on the same folders is refused
     with pytest.raises(UsageError, match="was trained by"):
         compare.main([*argv, "--set", "trainer.lr=0.001"])
+    # other evaluation keys on the same evaluations are refused too (not silently reused)
+    with pytest.raises(UsageError, match="was evaluated with"):
+        compare.main([*argv, "--set", "eval:sampling.max_new_tokens=4"])

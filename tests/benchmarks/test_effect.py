@@ -53,6 +53,35 @@ def test_recorded_base_is_reused_only_for_the_same_evaluation():
     assert effect.recorded_base(rec, 3) is None and effect.recorded_base({}, 2) is None
 
 
+def test_an_evaluation_is_reused_only_with_its_keys(tmp_path, monkeypatch, capsys):
+    from selfevo.errors import UsageError
+
+    folder = tmp_path / "eval" / "arith-vanilla"
+    folder.mkdir(parents=True)
+    (folder / "items.jsonl").write_text('{"correct": true, "final_response": "7"}\n')
+    ran = []
+    monkeypatch.setattr(effect, "sh", ran.append)
+    # made before eval_keys.json was kept: reused, and the run says so
+    assert effect.evaluate_all(tmp_path / "eval", 1, [], True, ["arith"], ["a=1"])["arith"] == [
+        {"correct": 1.0, "chars": 1}]
+    assert "reused unchecked" in capsys.readouterr().out and not ran
+    (folder / "eval_keys.json").write_text('["a=1", "adapters=[x]"]')
+    assert effect.evaluate_all(tmp_path / "eval", 1, ["adapters=[x]"], True, ["arith"], ["a=1"])["arith"]
+    with pytest.raises(UsageError, match="was evaluated with a=1 adapters=.x., not a=2 adapters=.x.: use another"):
+        effect.evaluate_all(tmp_path / "eval", 1, ["adapters=[x]"], True, ["arith"], ["a=2"])
+    assert not ran
+
+
+def test_a_new_evaluation_keeps_its_keys(tmp_path, monkeypatch):
+    def fake_eval(cmd):  # what selfevo eval leaves: the items
+        (tmp_path / "eval" / "gsm8k-vanilla").mkdir(parents=True)
+        (tmp_path / "eval" / "gsm8k-vanilla" / "items.jsonl").write_text('{"correct": false, "final_response": ""}\n')
+
+    monkeypatch.setattr(effect, "sh", fake_eval)
+    effect.evaluate_all(tmp_path / "eval", 1, ["b=2"], True, ["gsm8k"], ["a=1"])
+    assert (tmp_path / "eval" / "gsm8k-vanilla" / "eval_keys.json").read_text() == '["a=1", "b=2"]\n'
+
+
 def test_grpo_vs_trl_compares_on_the_seeds_both_have():
     rows = {"grpo": effect.row_summary(BASE, SEEDS), "trl_grpo": effect.row_summary(BASE, {"0": SEEDS["1"]})}
     runs = {"grpo": {"0": [{"step_s": 2.0}, {"step_s": 4.0}, {"step_s": 3.0}], "1": []}, "trl_grpo": {"0": []}}
