@@ -22,6 +22,7 @@ class _ChosenLogProb(torch.autograd.Function):
         for s in range(0, hidden.shape[0], chunk):
             logp = torch.log_softmax(hidden[s:s + chunk] @ weight.t(), dim=-1, dtype=torch.float32)  # fused upcast
             out[s:s + chunk] = logp.gather(-1, targets[s:s + chunk, None]).squeeze(-1)
+            del logp  # else it lives on while the next chunk's logits and log-softmax are made
         ctx.save_for_backward(hidden, weight, targets)
         ctx.chunk = chunk
         return out
@@ -37,6 +38,7 @@ class _ChosenLogProb(torch.autograd.Function):
             grad_logits = logp.exp_().to(hidden.dtype).mul_(-g[s:e, None])  # the softmax, in the model dtype
             grad_logits[torch.arange(e - s, device=targets.device), targets[s:e]] += g[s:e]
             grad[s:e] = grad_logits @ weight
+            del logp, grad_logits
         return grad, None, None, None
 
 
@@ -63,6 +65,7 @@ class _Entropy(torch.autograd.Function):
         for s in range(0, hidden.shape[0], chunk):
             logp = torch.log_softmax(hidden[s:s + chunk] @ weight.t(), dim=-1, dtype=torch.float32)
             out[s:s + chunk] = -(logp.exp() * logp).sum(-1)
+            del logp
         ctx.save_for_backward(hidden, weight, out)
         ctx.chunk = chunk
         return out
@@ -75,6 +78,7 @@ class _Entropy(torch.autograd.Function):
             logp = torch.log_softmax(hidden[s:s + ctx.chunk] @ weight.t(), dim=-1, dtype=torch.float32)
             dz = -logp.exp() * (logp + ent[s:s + ctx.chunk, None]) * grad_out[s:s + ctx.chunk, None]
             grad[s:s + ctx.chunk] = (dz.to(hidden.dtype) @ weight).to(hidden.dtype)
+            del logp, dz
         return grad, None, None
 
 
