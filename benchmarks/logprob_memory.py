@@ -11,7 +11,7 @@ frozen head [vocab, hidden], targets, weights for the loss), the path runs once 
 calls load kernels and workspaces), the peak is reset, then one forward and backward runs (``sum(w * logp)``, the
 gradient reaching the hidden states). The peak above the inputs is taken from
 ``torch.cuda.max_memory_allocated`` on CUDA, and from the resident high-water mark on the CPU (``VmHWM``, reset
-through ``/proc/self/clear_refs``; Linux), with blocks of 1 MB and more mapped alone as the loop runs
+through ``/proc/self/clear_refs``; Linux), with blocks of 1 MB and more mapped alone
 (:func:`selfevo.heap.map_large_blocks`), so that the mark is the tensors' and not the heap's.
 The plain path holds the whole micro-batch's logits and their fp32 log-softmax at once (``tokens x vocab x 4``
 bytes, ``full_fp32_gib``, several times over in its backward); the chunked one at most a few ``chunk x vocab``
@@ -44,7 +44,7 @@ def measure(path: str, tokens: int, vocab: int, hidden: int, dtype: str, chunk: 
     from selfevo.heap import map_large_blocks, trim
     from selfevo.policy.logprobs import chosen_logprobs, reference_chosen_logprobs
 
-    map_large_blocks()  # as the loop runs: blocks of 1 MB and more mapped alone, so the mark is the tensors'
+    map_large_blocks(1 << 20)  # blocks of 1 MB and more mapped alone: the mark is the tensors', not the heap's
 
     gen = torch.Generator().manual_seed(0)
     dt = getattr(torch, dtype)

@@ -23,7 +23,7 @@ def seed_everything(seed: int) -> None:
 
 def policy_store(model: DictConfig, **settings) -> PolicyStore:
     """A store for ``model`` (dtype, LoRA); ``settings`` go to :class:`PolicyStore` (lr, micro_batch, betas, ...).
-    Blocks of 1 MB and more get their own mappings from now on (:func:`selfevo.heap.map_large_blocks`: glibc's heap
+    Blocks of 8 MB and more get their own mappings from now on (:func:`selfevo.heap.map_large_blocks`: glibc's heap
     otherwise fragments under a checkpointed forward, 2.8 GB resident for 0.4 GB of tensors in a MAESTRO slate)."""
     heap.map_large_blocks()
     lora = LoraSettings(r=model.lora.r, alpha=model.lora.alpha, dropout=model.lora.dropout,
