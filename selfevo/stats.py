@@ -16,13 +16,15 @@ Z95 = 1.959963984540054
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """``(low, high)`` of the Wilson score interval of k successes in n trials."""
+    """``(low, high)`` of the Wilson score interval of k successes in n trials; exactly 0 at k = 0 and 1 at k = n
+    (the formula's own bounds there, which floats miss by ~1e-16: a low of 5.6e-17 above a rate of 0 broke
+    error bars)."""
     if n <= 0 or not 0 <= k <= n:
         raise ValueError(f"wilson needs 0 <= k <= n and n > 0, got k={k}, n={n}")
     p, z2 = k / n, z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if k == 0 else max(0.0, centre - half)), (1.0 if k == n else min(1.0, centre + half))
 
 
 def paired_difference(before: Sequence[float], after: Sequence[float], z: float = Z95) -> dict[str, float]:

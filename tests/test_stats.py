@@ -14,6 +14,10 @@ def test_wilson_by_hand():
     lo, hi = wilson(20, 20)
     assert hi == 1.0 and lo == pytest.approx(1 - 0.16113, abs=1e-5)
     assert wilson(1, 1)[0] == pytest.approx(0.2065, abs=1e-4)
+    # the bounds are exact at the ends (floats gave wilson(0, 3) a low of 5.6e-17 and wilson(10, 10) a high of
+    # 1 - 1e-16), and every rate lies inside its interval
+    assert wilson(0, 3)[0] == 0.0 and wilson(10, 10)[1] == 1.0
+    assert all(wilson(k, n)[0] <= k / n <= wilson(k, n)[1] for n in range(1, 40) for k in range(n + 1))
     with pytest.raises(ValueError):
         wilson(3, 0)
     with pytest.raises(ValueError):
