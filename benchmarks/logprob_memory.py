@@ -27,14 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, save  # noqa: E402
+from recipe_memory import CLEAR, STATUS, PhasePeaks  # noqa: E402
 
 PATHS = ("chunked", "plain")
-STATUS, CLEAR = Path("/proc/self/status"), Path("/proc/self/clear_refs")
-
-
-def _rss_and_hwm() -> tuple[int, int]:
-    fields = dict(x.split(":", 1) for x in STATUS.read_text().splitlines() if x.startswith(("VmRSS", "VmHWM")))
-    return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
 
 
 def measure(path: str, tokens: int, vocab: int, hidden: int, dtype: str, chunk: int, device: str) -> int:
@@ -64,10 +59,10 @@ def measure(path: str, tokens: int, vocab: int, hidden: int, dtype: str, chunk: 
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
     trim()
-    CLEAR.write_text("5")
-    base = _rss_and_hwm()[0]
+    CLEAR.write_text("5")  # the mark is now the resident size
+    base = PhasePeaks.high_water()
     (run() * w).sum().backward()
-    return _rss_and_hwm()[1] - base
+    return PhasePeaks.high_water() - base
 
 
 def parser() -> argparse.ArgumentParser:

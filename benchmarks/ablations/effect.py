@@ -122,7 +122,7 @@ def evaluate_all(out: Path, n: int, extra: list[str], run: bool, benches: list[s
     there is reused only with the same keys (else a one-line error: another ``--out``)."""
     items = {bench: out / f"{bench}-vanilla" / "items.jsonl" for bench in benches}
     keys = [*settings, *extra]
-    for bench, path in items.items():
+    for path in items.values():
         check_eval_keys(path.parent, keys)
     missing = [bench for bench, path in items.items() if not path.exists()]
     if run and missing:
