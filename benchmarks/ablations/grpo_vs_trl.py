@@ -1,6 +1,6 @@
 """Does plain GRPO learn here, and does selfevo's GRPO match TRL's GRPOTrainer on the same task and settings?
 
-    .venv/bin/python benchmarks/ablations/grpo_vs_trl.py [--seeds 0 1 2] [--n 500] [--table-only]
+    .venv/bin/python benchmarks/ablations/grpo_vs_trl.py [--seeds 0 1 2] [--n 500] [--table-only | --no-train]
 
 Both trainers read the same preset, ``selfevo/configs/grpo/cpu-learn.yaml``: the embedded model, LoRA r/alpha/
 dropout on all linear layers, ``arith:train`` (first ``data.limit`` items), the evaluation's own prompt
@@ -132,6 +132,13 @@ def curves(run: Path) -> list[dict]:
             for m in lines]
 
 
+def run_curves(rows: dict, out: Path, kept: dict) -> dict[str, dict[str, list[dict]]]:
+    """Per trainer and seed of ``rows`` (effect.json's): the curve of its run folder under ``out``, or the one
+    ``kept`` (grpo_vs_trl.json's) where the folder is gone (a new machine has the results, not the runs)."""
+    return {k: {s: curves(out / k / f"seed{s}") or kept.get(k, {}).get(s, []) for s in r["per_seed"]}
+            for k, r in rows.items()}
+
+
 def _dig(m: dict, path: tuple[str, ...]):
     for part in path:
         m = m.get(part) if isinstance(m, dict) else None
@@ -195,6 +202,7 @@ def plot(runs: dict[str, dict[str, list[dict]]], path: Path) -> None:
                 plot_bands(ax, seeds, lambda m, k=key: m.get(k), name)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
+        ax.set_ylim(0, 1 if key == "reward" else None)  # every panel is >= 0; a band over few seeds may not be
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -207,6 +215,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=500, help="held-out arith items")
     ap.add_argument("--out", default="runs/effect", help="effect.py's run folder")
     ap.add_argument("--table-only", action="store_true", help="rebuild from grpo_vs_trl.json alone")
+    ap.add_argument("--no-train", action="store_true", help="rebuild from effect.json's rows and the run folders "
+                    "there are, training nothing (a seed whose folder is gone keeps its recorded curves)")
     ap.add_argument("--trl-run", nargs=2, metavar=("DIR", "SEED"), help=argparse.SUPPRESS)
     ap.add_argument("overrides", nargs="*", help="(with --trl-run) config key=value")
     args = ap.parse_args()
@@ -216,11 +226,13 @@ def main() -> None:
     if args.table_only:
         record = json.loads(path.read_text())
     else:
-        subprocess.run([sys.executable, str(Path(__file__).with_name("effect.py")), "--rows", "grpo", "trl_grpo",
-                        "--seeds", *map(str, args.seeds), "--n", str(args.n), "--out", args.out], check=True)
+        if not args.no_train:
+            subprocess.run([sys.executable, str(Path(__file__).with_name("effect.py")), "--rows", "grpo", "trl_grpo",
+                            "--seeds", *map(str, args.seeds), "--n", str(args.n), "--out", args.out], check=True)
         rows = json.loads((RESULTS / "effect.json").read_text())["methods"]
         rows = {k: rows[k] for k in ("grpo", "trl_grpo") if k in rows}
-        runs = {k: {s: curves(Path(args.out) / k / f"seed{s}") for s in r["per_seed"]} for k, r in rows.items()}
+        kept = json.loads(path.read_text())["curves"] if path.exists() else {}
+        runs = run_curves(rows, Path(args.out), kept)
         record = {"preset": PRESET, "result": compare(rows, runs), "curves": runs}
         path.write_text(json.dumps(record) + "\n")
     md = table(record["result"])

@@ -1,5 +1,6 @@
 """benchmarks/ablations/effect.py and grpo_vs_trl.py: rows over seeds on hand-worked numbers, the table rebuilt from
 the JSON alone, and the rows' commands."""
+import json
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,17 @@ def test_grpo_vs_trl_compares_on_the_seeds_both_have():
     h = out["selfevo_minus_trl"]
     assert h["seeds"] == ["0"] and h["diff"] == 0.0 and (h["improved"], h["worsened"]) == (1, 1)
     assert "selfevo − TRL" in grpo_vs_trl.table(out)
+
+
+def test_grpo_vs_trl_keeps_the_recorded_curve_of_a_seed_whose_run_is_gone(tmp_path):
+    (tmp_path / "grpo" / "seed1").mkdir(parents=True)
+    (tmp_path / "grpo" / "seed1" / "metrics.jsonl").write_text(json.dumps({"step": 0, "step_s": 5.0}) + "\n")
+    rows = {"grpo": {"per_seed": {"0": {}, "1": {}}}, "trl_grpo": {"per_seed": {"0": {}}}}
+    kept = {"grpo": {"0": [{"step": 0, "step_s": 9.0}], "1": [{"step": 0, "step_s": 1.0}]}}
+    runs = grpo_vs_trl.run_curves(rows, tmp_path, kept)
+    assert runs["grpo"]["0"] == kept["grpo"]["0"]  # folder gone: the recorded curve
+    assert runs["grpo"]["1"][0]["step_s"] == 5.0  # folder there: its own curve, not the record's
+    assert runs["trl_grpo"]["0"] == []  # neither
 
 
 @pytest.mark.slow
