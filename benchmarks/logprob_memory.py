@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, save  # noqa: E402
-from recipe_memory import CLEAR, STATUS, PhasePeaks  # noqa: E402
+from recipe_memory import PhasePeaks  # noqa: E402
 
 PATHS = ("chunked", "plain")
 
@@ -59,10 +59,11 @@ def measure(path: str, tokens: int, vocab: int, hidden: int, dtype: str, chunk: 
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
     trim()
-    CLEAR.write_text("5")  # the mark is now the resident size
-    base = PhasePeaks.high_water()
-    (run() * w).sum().backward()
-    return PhasePeaks.high_water() - base
+    peaks = PhasePeaks()
+    with peaks.phase("path"):  # the mark starts at the resident size
+        base = peaks.high_water()
+        (run() * w).sum().backward()
+    return peaks.peaks["path"] - base
 
 
 def parser() -> argparse.ArgumentParser:
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.child:
         print(json.dumps({"bytes": measure(args.child, *shape)}))
         return None
-    if args.device == "cpu" and not (STATUS.exists() and CLEAR.exists()):
+    if args.device == "cpu" and not PhasePeaks.available():
         ap.error("the CPU measurement needs Linux's /proc/self/status and /proc/self/clear_refs")
     forwarded = [f"--{k}={getattr(args, k)}" for k in ("tokens", "vocab", "hidden", "dtype", "chunk", "device")]
     peaks = {}

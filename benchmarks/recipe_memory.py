@@ -46,11 +46,16 @@ class PhasePeaks:
     count for the innermost one, time outside every phase for ``other``; ``overall`` is the process's peak."""
 
     def __init__(self):
-        if not (STATUS.exists() and CLEAR.exists()):
+        if not self.available():
             raise OSError("recipe_memory needs Linux's /proc/self/status and /proc/self/clear_refs")
         self.peaks: dict[str, int] = {}
         self.overall = 0
         self._stack: list[str] = []
+
+    @staticmethod
+    def available() -> bool:
+        """Whether this system has the kernel files the peaks are read and reset through (Linux)."""
+        return STATUS.exists() and CLEAR.exists()
 
     @staticmethod
     def high_water() -> int:

@@ -214,8 +214,9 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--n", type=int, default=500, help="held-out arith items")
     ap.add_argument("--out", default="runs/effect", help="effect.py's run folder")
-    ap.add_argument("--table-only", action="store_true", help="rebuild from grpo_vs_trl.json alone")
-    ap.add_argument("--no-train", action="store_true", help="rebuild from effect.json's rows and the run folders "
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--table-only", action="store_true", help="rebuild from grpo_vs_trl.json alone")
+    mode.add_argument("--no-train", action="store_true", help="rebuild from effect.json's rows and the run folders "
                     "there are, training nothing (a seed whose folder is gone keeps its recorded curves)")
     ap.add_argument("--trl-run", nargs=2, metavar=("DIR", "SEED"), help=argparse.SUPPRESS)
     ap.add_argument("overrides", nargs="*", help="(with --trl-run) config key=value")
