@@ -19,6 +19,13 @@ two threads, a fresh process; 2026-11-27): glibc's dynamic threshold 58.7 s and 
 59.6 s / 3.36 GiB, at 8 MB 60.5 s / 2.68 GiB, at 1 MB 88.4 s / 1.43 GiB (1.5x slower). 8 MB (the default) maps
 the layer-sized blocks whose holes made the heap grow (a slate's 12.8 MB layer inputs, its MLP intermediates)
 at ~3% of the update's time; smaller blocks come from the heap.
+
+A fixed 8 MB misses the layer blocks of a small micro-batch: a MAESTRO slate of 4 rows × ~700 tokens has ~6.4 MB
+layer inputs (fp32, hidden 576), which then come from the heap and fragment it (the cpu step's update peaked at
+3.89 GiB; 2.05 GiB with the threshold at 1 MB). :func:`layer_threshold` follows the micro-batch instead: 7/8 of
+one layer block's bytes, between 1 MB and 8 MB, so the blocks the size of a layer's input are mapped whatever the
+rows and widths, and the smaller ones still come from the heap. The store sets it before each training forward
+(``PolicyStore(heap_threshold=...)``, which ``build.policy_store`` passes when it set the threshold itself).
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ import os
 
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 MMAP_THRESHOLD = 8 << 20  # bytes: blocks of at least 8 MB get their own mapping (see the module doc)
+MIN_THRESHOLD = 1 << 20  # the smallest threshold layer_threshold gives (below it, page faults cost 1.5x the update)
 
 
 @functools.cache
@@ -59,3 +67,13 @@ def map_large_blocks(threshold: int = MMAP_THRESHOLD) -> bool:
     if fn is None or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
     return bool(fn(M_MMAP_THRESHOLD, threshold))
+
+
+def layer_threshold(block_bytes: int, cap: int = MMAP_THRESHOLD, floor: int = MIN_THRESHOLD) -> int:
+    """The mmap threshold that maps a forward's layer-sized blocks of ``block_bytes`` each (rows × tokens × hidden
+    × bytes per value): ``7/8`` of it (so the block itself is at or above the threshold), clamped to
+    ``[min(floor, cap), cap]``. E.g. 4 rows × 700 tokens × 576 × 4 B = 6,451,200 B -> 5,644,800; 16 rows of the
+    same -> cap."""
+    if block_bytes < 0 or floor <= 0 or cap <= 0:
+        raise ValueError(f"need block_bytes >= 0, floor > 0 and cap > 0, got {block_bytes}, {floor}, {cap}")
+    return max(min(floor, cap), min(cap, block_bytes * 7 // 8))

@@ -21,11 +21,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def policy_store(model: DictConfig, **settings) -> PolicyStore:
+def policy_store(model: DictConfig, map_layer_blocks: bool = False, **settings) -> PolicyStore:
     """A store for ``model`` (dtype, LoRA); ``settings`` go to :class:`PolicyStore` (lr, micro_batch, betas, ...).
     Blocks of 8 MB and more get their own mappings from now on (:func:`selfevo.heap.map_large_blocks`: glibc's heap
-    otherwise fragments under a checkpointed forward, 2.8 GB resident for 0.4 GB of tensors in a MAESTRO slate)."""
-    heap.map_large_blocks()
+    otherwise fragments under a checkpointed forward, 2.8 GB resident for 0.4 GB of tensors in a MAESTRO slate);
+    with ``map_layer_blocks`` (``trainer.map_layer_blocks``), during an update also those of one layer's input,
+    whatever the micro-batch (:func:`selfevo.heap.layer_threshold`). A user's ``MALLOC_MMAP_THRESHOLD_`` wins."""
+    if heap.map_large_blocks() and map_layer_blocks:
+        settings["heap_threshold"] = heap.MMAP_THRESHOLD
     lora = LoraSettings(r=model.lora.r, alpha=model.lora.alpha, dropout=model.lora.dropout,
                         target_modules=model.lora.target_modules)
     try:

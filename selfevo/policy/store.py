@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 import torch
 from safetensors.torch import load_file, save_file
 
-from selfevo import distributed, models
+from selfevo import distributed, heap, models
 from selfevo.attention import segments_supported
 from selfevo.policy.adamw import CompactAdamW
 from selfevo.policy.batch import SeqBatch
@@ -80,8 +80,12 @@ class PolicyStore:
     def __init__(self, dtype: str = "bfloat16", lora: LoraSettings | None = None, lr: float = 1e-5,
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, micro_batch: int = 8,
                  betas: tuple[float, float] = (0.9, 0.999), device: str = "cpu", optim_state_dtype: str = "float32",
-                 gradient_checkpointing: bool = False, shared_prompts: bool = False):
+                 gradient_checkpointing: bool = False, shared_prompts: bool = False,
+                 heap_threshold: int | None = None):
         self.dtype = dtype
+        # glibc's mmap threshold during an update follows the micro-batch's layer blocks (selfevo.heap.layer_threshold,
+        # capped here) and is set back to this after it; None: the store leaves the process's malloc alone
+        self.heap_threshold = heap_threshold
         self.gradient_checkpointing = gradient_checkpointing
         self.shared_prompts = shared_prompts
         if optim_state_dtype not in ("float32", "bfloat16"):
@@ -190,6 +194,9 @@ class PolicyStore:
             lm = bb.causal_lm
             head = lm.get_output_embeddings().weight
             dev = head.device  # the batch lives on the CPU; the model where the store put it
+            if self.heap_threshold and torch.is_grad_enabled():  # the layer inputs kept for the backward get mapped
+                heap.map_large_blocks(heap.layer_threshold(rows * width * lm.config.hidden_size * head.element_size(),
+                                                           cap=self.heap_threshold))
             if packed is None:
                 mask = None if batch.right_padded() else batch.attention_mask.to(dev)  # causal is enough
                 hidden = lm.model(input_ids=batch.input_ids.to(dev), attention_mask=mask,
@@ -271,7 +278,8 @@ class PolicyStore:
         opt.zero_grad(set_to_none=True)
         total, rows = 0.0, 0
         recompute = lambda layer: ActivationDtypeLoRA(layer, agent)  # noqa: E731  (what _policy does)
-        with checkpointed_layers(bb.causal_lm, recompute) if self.gradient_checkpointing else contextlib.nullcontext():
+        with (checkpointed_layers(bb.causal_lm, recompute) if self.gradient_checkpointing else contextlib.nullcontext(),
+              self._heap_restored()):
             for mb in self.local_micro_batches(batch):
                 self._count_rows(mb)
                 rows += mb.input_ids.shape[0]
@@ -293,6 +301,15 @@ class PolicyStore:
         opt.zero_grad(set_to_none=True)
         bb.model.eval()
         return {"loss": total, "grad_norm": grad_norm, "skipped": not math.isfinite(grad_norm)}
+
+    @contextlib.contextmanager
+    def _heap_restored(self) -> Iterator[None]:
+        """The store's mmap threshold again after an update set it per micro-batch (see :attr:`heap_threshold`)."""
+        try:
+            yield
+        finally:
+            if self.heap_threshold:
+                heap.map_large_blocks(self.heap_threshold)
 
     def _count_rows(self, mb: SeqBatch) -> None:
         for n in mb.attention_mask.sum(-1).tolist():

@@ -81,3 +81,36 @@ def test_map_large_blocks_leaves_the_users_setting_and_refuses_nonsense(monkeypa
     assert heap.map_large_blocks() is False
     with pytest.raises(ValueError, match="> 0 bytes"):
         heap.map_large_blocks(0)
+
+
+def test_layer_threshold_is_seven_eighths_of_a_layer_block_within_1_and_8_mb():
+    from selfevo import heap
+
+    # a MAESTRO slate: 4 rows × 700 tokens × hidden 576 × 4 B = 6,451,200 B; 7/8 of it = 5,644,800
+    assert heap.layer_threshold(4 * 700 * 576 * 4) == 5_644_800
+    assert heap.layer_threshold(16 * 700 * 576 * 4) == 8 << 20  # a CoMAS micro-batch: the cap
+    assert heap.layer_threshold(0) == heap.layer_threshold(1000) == 1 << 20  # tiny or empty: the floor
+    assert heap.layer_threshold(8 << 20) == 7 << 20  # exactly at the cap: 7/8 of it, so the block is mapped
+    assert heap.layer_threshold(6 << 20, cap=4 << 20) == 4 << 20  # a store's own cap
+    assert heap.layer_threshold(10, cap=5000) == 5000  # a cap under the floor: the cap
+    for bad in [dict(block_bytes=-1), dict(block_bytes=10, cap=0), dict(block_bytes=10, floor=0)]:
+        with pytest.raises(ValueError):
+            heap.layer_threshold(**bad)
+
+
+def test_policy_store_follows_layer_blocks_only_with_trainer_map_layer_blocks(monkeypatch):
+    """``build.policy_store`` fixes the 8 MB threshold and hands it to the store as the cap of the layer threshold
+    only with ``map_layer_blocks`` (``trainer.map_layer_blocks``); where it could not set it (not glibc, or the
+    user's ``MALLOC_MMAP_THRESHOLD_``) the store leaves malloc alone either way."""
+    from omegaconf import OmegaConf
+
+    from selfevo import heap
+    from selfevo.loop import build
+
+    model = OmegaConf.create({"lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": None},
+                              "device": "cpu", "dtype": "float32"})
+    for settable in (True, False):
+        monkeypatch.setattr(heap, "map_large_blocks", lambda threshold=heap.MMAP_THRESHOLD, ok=settable: ok)
+        assert build.policy_store(model).heap_threshold is None
+        want = heap.MMAP_THRESHOLD if settable else None
+        assert build.policy_store(model, map_layer_blocks=True).heap_threshold == want

@@ -281,3 +281,28 @@ def test_chosen_logprobs_and_entropy_stay_on_the_inputs_device():
     assert logp.device.type == ent.device.type == "meta"
     (logp.sum() + ent.sum()).backward()
     assert hidden.grad.device.type == "meta"
+
+
+def test_an_update_maps_its_micro_batches_layer_blocks_and_sets_the_threshold_back(make_store, monkeypatch):
+    """With ``heap_threshold`` the store sets glibc's threshold from each training micro-batch's layer block (rows ×
+    width × hidden × 4 B, 7/8 of it, at least 1 MB) and restores its own after the step; scoring leaves it alone;
+    without it the store never touches malloc."""
+    from selfevo import heap
+
+    calls = []
+    monkeypatch.setattr(heap, "map_large_blocks", lambda threshold=heap.MMAP_THRESHOLD: calls.append(threshold))
+    monkeypatch.setattr(heap.layer_threshold, "__defaults__", (heap.MMAP_THRESHOLD, 1))  # floor 1 B: exact values
+    b = SeqBatch.build([[4] * 8, [4] * 3, [4] * 5], [[8]] * 3, 2)  # rows of 9, 4, 6 tokens; micro-batch 2
+    store = make_store(("a0",), micro_batch=2, heap_threshold=1000)
+    hidden = store.backbones["tiny-random"].causal_lm.config.hidden_size
+    store.step("a0", b, lambda logp, mb: -(logp * mb.loss_mask).sum())
+    blocks = [2 * 9 * hidden * 4, 1 * 4 * hidden * 4]  # sorted longest first: (9, 6 | 4), each padded to its longest
+    assert blocks[1] * 7 // 8 < 1000 < blocks[0] * 7 // 8  # the first capped, the second not
+    assert calls == [1000, blocks[1] * 7 // 8, 1000]
+    calls.clear()
+    with torch.no_grad():
+        store.token_logprobs("a0", b)
+    assert calls == []
+    plain = make_store(("a0",), micro_batch=2)
+    plain.step("a0", b, lambda logp, mb: -(logp * mb.loss_mask).sum())
+    assert calls == []
