@@ -21,7 +21,8 @@ machine or setting:
   reduction splits).
 
 Per (row, setting): accuracy here and in the record, items that agree, items that turned right / wrong, and the
-paired difference (95%) against the record. Writes ``benchmarks/results/effect_recheck.{json,md}``; a rerun adds
+paired difference (95%) against the record; for a setting other than ``same``, the same against this machine's
+``same`` evaluation when it exists (``vs_same_here``: the setting alone, without the machine's change). Writes ``benchmarks/results/effect_recheck.{json,md}``; a rerun adds
 its cells (keyed by row and setting) and keeps the others.
 """
 from __future__ import annotations
@@ -90,12 +91,15 @@ def compare(ref: list[float], here: list[float]) -> dict:
 
 def table(cells: dict) -> str:
     lines = ["| row | setting | accuracy here | in the record | items that agree | turned right / wrong | "
-             "here − record (paired 95%) |", "|---" * 7 + "|"]
+             "here − record (paired 95%) | against `same` here: agree, right / wrong, paired 95% |", "|---" * 8 + "|"]
     for key, c in cells.items():
         row, setting = key.split("/")
+        s = c.get("vs_same_here")
+        here = (f"{s['agree']}/{s['n']}, +{s['turned_right']}/−{s['turned_wrong']}, {s['diff']:+.3f} "
+                f"[{s['diff_low']:+.3f}, {s['diff_high']:+.3f}]" if s else "–")
         lines.append(f"| {row} | {setting} | {c['accuracy']:.3f} | {c['accuracy_record']:.3f} | {c['agree']}/{c['n']} "
                      f"| +{c['turned_right']}/−{c['turned_wrong']} | {c['diff']:+.3f} [{c['diff_low']:+.3f}, "
-                     f"{c['diff_high']:+.3f}] |")
+                     f"{c['diff_high']:+.3f}] | {here} |")
     return "\n".join(lines) + "\n"
 
 
@@ -120,8 +124,11 @@ def main() -> None:
                 overrides, env = SETTINGS[setting]
                 with environment(env):
                     items = evaluate(Path(args.out) / row / setting, args.n, [*adapter, *overrides], True)
-                saved["cells"][f"{row}/{setting}"] = {**compare(ref[:args.n], [i["correct"] for i in items]),
-                                                     "overrides": list(overrides), "env": env}
+                cell = {**compare(ref[:args.n], [i["correct"] for i in items]), "overrides": list(overrides),
+                        "env": env}
+                if setting != "same" and (same := evaluate(Path(args.out) / row / "same", args.n, adapter, False)):
+                    cell["vs_same_here"] = compare([i["correct"] for i in same], [i["correct"] for i in items])
+                saved["cells"][f"{row}/{setting}"] = cell
         saved["machine"] = machine()
         path.write_text(json.dumps(saved) + "\n")
     md = table(saved["cells"])

@@ -38,3 +38,14 @@ def test_reference_is_the_base_or_a_rows_seed0_and_a_missing_row_exits():
     assert recheck.reference(record, "base") == [0.0, 1.0] and recheck.reference(record, "grpo") == [1.0, 1.0]
     with pytest.raises(SystemExit, match="no seed-0 items for row 'sage_64'"):
         recheck.reference(record, "sage_64")
+
+
+def test_table_shows_a_setting_against_same_here_when_measured():
+    # against the record [1, 0, 1, 0, 0]: here [1, 1, 0, 0, 0]; against `same` here [1, 1, 0, 0, 1]: 4/5 agree, +0/−1,
+    # differences [0, 0, 0, 0, -1]: mean -0.2, sd sqrt(0.2) = 0.447214, half = 1.959964 * 0.447214 / sqrt(5) = 0.392
+    c = recheck.compare([1.0, 0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0, 0.0])
+    c["vs_same_here"] = recheck.compare([1.0, 1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0, 0.0])
+    md = recheck.table({"base/max_batch_16": c, "base/same": recheck.compare([1.0], [1.0])})
+    assert "| base | max_batch_16 | 0.400 | 0.400 | 3/5 | +1/−1 | +0.000 [-0.620, +0.620] | 4/5, +0/−1, -0.200 " \
+           "[-0.592, +0.192] |" in md
+    assert md.rstrip().endswith("| – |")
