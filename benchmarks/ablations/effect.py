@@ -1,6 +1,7 @@
 """Does self-evolution work here? Untrained vs trained on the same held-out items, per method and seed, paired.
 
     .venv/bin/python benchmarks/ablations/effect.py [--rows grpo trl_grpo] [--seeds 0 1 2] [--n 500] [--set K=V ...]
+                                                    [--eval-set K=V ...]
     .venv/bin/python benchmarks/ablations/effect.py --table-only      # rebuild the table and plot from effect.json
     .venv/bin/python benchmarks/ablations/effect.py --list            # the rows and their training commands
 
@@ -17,6 +18,9 @@ table and the plot are built from — per-item 0/1 lists of the base model and o
 steps, training seconds, mean answer length, and its training curve — so ``--table-only`` rebuilds
 ``effect.{md,png}`` from committed files alone. Rows a run does not name are kept as they are. MAESTRO's selectors are
 compared on fixed held-out slates by ``maestro_selectors.py`` (its row is read from ``maestro_selectors.json``).
+``--eval-set`` adds keys to every evaluation of the run, base and rows (``model.dtype=float32`` on a CPU
+that emulates bf16, where 500 long greedy answers take hours): those rows pair with a base evaluated under the same
+keys (``effect.json``'s ``bases``; folders ``base-<keys>``, ``seed<S>/eval-<keys>``), and the table names the keys.
 ``--adapters`` copies each row's seed-0 adapter to ``benchmarks/results/adapters/<row>/`` (PEFT format, bf16).
 Intervals: 95% Wilson for accuracies, the normal interval of the paired per-item differences for a change.
 ``compare.py`` runs the rows ``sage``, ``azr``, ``mae`` and ``grpo`` side by side with these functions (the same
@@ -163,13 +167,23 @@ def base_record(base: list[dict], n: int, bench: str = BENCH, settings: list[str
             "command": "selfevo eval " + " ".join(eval_args(n, bench, settings))}
 
 
-def recorded_base(record: dict, n: int) -> list[dict] | None:
+def recorded_base(record: dict, n: int, settings: list[str] | tuple[str, ...] = EVAL) -> list[dict] | None:
     """The untrained model's per-item records from effect.json when it holds the same evaluation of ``n`` items
-    (rows are paired with the base they were recorded with; a new machine need not re-evaluate it), else None."""
+    (``base``, or for other evaluation keys ``bases[command]``; rows are paired with the base they were recorded
+    with; a new machine need not re-evaluate it), else None."""
+    command = "selfevo eval " + " ".join(eval_args(n, BENCH, settings))
     base = record.get("base") or {}
-    if base.get("command") != "selfevo eval " + " ".join(eval_args(n)) or len(base["items"]) != n:
+    if base.get("command") != command:
+        base = (record.get("bases") or {}).get(command) or {}
+    if base.get("command") != command or len(base["items"]) != n:
         return None
     return [{"correct": c, "chars": base["answer_chars"]} for c in base["items"]]
+
+
+def eval_folder(name: str, eval_set: list[str] | tuple[str, ...]) -> str:
+    """The folder of an evaluation (``base``, a run's ``eval``) under extra keys ``eval_set``: ``name`` for none,
+    else ``name-`` and the keys (``eval-model.dtype-float32``), so evaluations of other keys sit side by side."""
+    return "-".join([name, *(k.replace("=", "-").replace("/", "_") for k in eval_set)])
 
 
 def train(row: Row, out: Path, seed: int, run: bool, extra: tuple[str, ...] = ()) -> str:
@@ -210,10 +224,10 @@ def seed_record(before: list[dict], after: list[dict], command: str, steps: list
 
 
 def after_record(row: Row, where: Path, n: int, base: list[dict], command: str, bench: str = BENCH,
-                 settings: list[str] | tuple[str, ...] = EVAL) -> dict | None:
-    """The seed record of the run in ``where``: its final adapter evaluated (once it finished) and paired with
-    ``base``; None while it has no evaluation."""
-    after = evaluate(where / "eval", n, adapter_args(row, where), row.finished(where), bench, settings)
+                 settings: list[str] | tuple[str, ...] = EVAL, folder: str = "eval") -> dict | None:
+    """The seed record of the run in ``where``: its final adapter evaluated (once it finished) into
+    ``where/folder`` and paired with ``base``; None while it has no evaluation."""
+    after = evaluate(where / folder, n, adapter_args(row, where), row.finished(where), bench, settings)
     return None if after is None else seed_record(base, after, command, curve(where, row.curve))
 
 
@@ -223,6 +237,16 @@ def adapter_args(row: Row, where: Path) -> list[str]:
 
 
 # ---- rows (pure: from effect.json's records) --------------------------------------------------------------------
+def merge_seeds(name: str, old: dict[str, dict], new: dict[str, dict], command: str, default: str) -> dict[str, dict]:
+    """A row's recorded seeds with this run's (``new`` wins); every seed must have been evaluated with ``command``
+    (a seed's ``eval``; one recorded before evaluations carried it: ``default``), as one row pairs with one base."""
+    merged = {**old, **new}
+    if other := sorted((s for s, r in merged.items() if r.get("eval", default) != command), key=int):
+        raise UsageError(f"row {name}: seeds {', '.join(other)} were evaluated with other keys than {command!r} "
+                         f"(--eval-set): one row pairs with one base")
+    return merged
+
+
 def row_summary(base: dict, seeds: dict[str, dict], about: str = "", agent: str = "") -> dict:
     """A row over its seeds: ``before``/``after`` (the seed-averaged per-item accuracy) with Wilson intervals (the
     after interval: over the rounded count), the paired change of the seed-averaged items, and the seeds' records."""
@@ -235,7 +259,8 @@ def row_summary(base: dict, seeds: dict[str, dict], about: str = "", agent: str 
             "diff_high": d["high"], "improved": d["improved"], "worsened": d["worsened"],
             "chars_before": base.get("answer_chars"),
             "chars_after": _mean([s.get("answer_chars") for s in seeds.values()]),
-            "train_s": _mean([s.get("train_s") for s in seeds.values()]), "per_seed": seeds}
+            "train_s": _mean([s.get("train_s") for s in seeds.values()]), "eval": base.get("command"),
+            "per_seed": seeds}
 
 
 def seed_average(row: dict, seeds: list[str]) -> list[float]:
@@ -264,7 +289,10 @@ def table(methods: dict) -> str:
     lines = ["| row | seeds | before | after (seed-avg) | after − before (paired 95%) | items +/− | per seed: after − "
              "before | answer chars before → after | training s (mean) |", "|---" * 9 + "|"]
     ci = lambda x: f"[{x[0]:.3f}, {x[1]:.3f}]"  # noqa: E731
+    default = "selfevo eval " + " ".join(eval_args(500))
     for name, r in methods.items():
+        extra = [k for k in (r.get("eval") or default).split() if k not in default.split() and "limit=" not in k]
+        name = f"{name} (eval {' '.join(extra)})" if extra else name
         per = r.get("per_seed") or {}
         seeds = ", ".join(f"{p['diff']:+.3f}" for p in per.values()) or "–"
         chars = f"{r['chars_before']} → {r['chars_after']}" if r.get("chars_after") else "–"
@@ -344,12 +372,17 @@ def main() -> None:
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                     help="training overrides for every row run now, recorded in each seed's command (e.g. "
                          "model.dtype=float32 on a CPU without native bf16; evaluations are unchanged)")
+    ap.add_argument("--eval-set", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="extra selfevo eval keys for every evaluation run now, base and rows (e.g. "
+                         "model.dtype=float32 where bf16 is emulated and long answers take hours): the rows are "
+                         "paired with a base evaluated under the same keys (effect.json's bases), each evaluation "
+                         "in a folder named after its keys")
     ap.add_argument("--table-only", action="store_true", help="rebuild effect.{md,png} from effect.json alone")
     ap.add_argument("--adapters", action="store_true", help="copy each row's seed-0 adapter into the results")
     ap.add_argument("--list", action="store_true", help="print the rows and their commands")
     args = ap.parse_args()
-    if bad := [x for x in args.set if "=" not in x]:
-        raise UsageError(f"--set takes KEY=VALUE, not {bad[0]!r}")
+    if bad := [x for x in [*args.set, *args.eval_set] if "=" not in x]:
+        raise UsageError(f"--set and --eval-set take KEY=VALUE, not {bad[0]!r}")
     if args.list:
         for name, row in ROWS.items():
             command = shown(row.command(Path(args.out) / name / "seed0", 0))
@@ -358,22 +391,30 @@ def main() -> None:
     path = RESULTS / "effect.json"
     record = json.loads(path.read_text()) if path.exists() else {"benchmark": BENCH, "eval": EVAL, "methods": {}}
     if not args.table_only:
-        out = Path(args.out)
-        base = recorded_base(record, args.n) or evaluate(out / "base", args.n, [], True)
-        record["base"] = base_record(base, args.n)
+        out, settings = Path(args.out), (*EVAL, *args.eval_set)
+        base = recorded_base(record, args.n, settings) or evaluate(out / eval_folder("base", args.eval_set), args.n,
+                                                                   [], True, BENCH, settings)
+        base_rec = base_record(base, args.n, BENCH, settings)
+        if args.eval_set:
+            record.setdefault("bases", {})[base_rec["command"]] = base_rec
+        else:
+            record["base"] = base_rec
+        default = (record.get("base") or base_rec)["command"]
         for name in args.rows:
             row, seeds = ROWS[name], {}
             for seed in args.seeds:
                 where = out / name / f"seed{seed}"
                 command = train(row, where, seed, True, tuple(args.set))
-                if (done := after_record(row, where, args.n, base, command)) is not None:
-                    seeds[str(seed)] = done
+                done = after_record(row, where, args.n, base, command, BENCH, settings,
+                                    eval_folder("eval", args.eval_set))
+                if done is not None:
+                    seeds[str(seed)] = {**done, "eval": base_rec["command"]}
                 if args.adapters and seed == 0 and row.finished(where):
                     copy_adapter(where / row.adapter, RESULTS / "adapters" / name)
             if seeds:
-                old = record["methods"].get(name, {}).get("per_seed", {})
-                record["methods"][name] = row_summary(record["base"], {**old, **seeds}, row.about,
-                                                      row.adapter.rsplit("/", 1)[-1])
+                merged = merge_seeds(name, record["methods"].get(name, {}).get("per_seed", {}), seeds,
+                                     base_rec["command"], default)
+                record["methods"][name] = row_summary(base_rec, merged, row.about, row.adapter.rsplit("/", 1)[-1])
         if (m := maestro_row()) is not None:
             record["methods"]["maestro"] = m
         if path.exists():  # rows another run of this script wrote meanwhile are kept; this run's replace theirs

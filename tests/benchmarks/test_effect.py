@@ -124,3 +124,27 @@ def test_committed_adapters_load_with_peft_and_change_the_model():
             model = PeftModel.from_pretrained(base, str(folder))
             after = model(ids).logits
         assert not torch.equal(before, after), folder.name  # a trained adapter, not the identity
+
+
+def test_evaluations_under_other_keys_get_their_own_folder_base_and_table_label():
+    assert effect.eval_folder("base", []) == "base"
+    assert effect.eval_folder("eval", ["model.dtype=float32"]) == "eval-model.dtype-float32"
+    items = [{"correct": 1.0, "chars": 4}, {"correct": 0.0, "chars": 2}]
+    fp32 = [*effect.EVAL, "model.dtype=float32"]
+    other = effect.base_record(items[::-1], 2, effect.BENCH, fp32)
+    rec = {"base": effect.base_record(items, 2), "bases": {other["command"]: other}}
+    assert [b["correct"] for b in effect.recorded_base(rec, 2)] == [1.0, 0.0]
+    assert [b["correct"] for b in effect.recorded_base(rec, 2, fp32)] == [0.0, 1.0]
+    assert effect.recorded_base(rec, 2, [*effect.EVAL, "model.dtype=bfloat16"]) is None
+    row = effect.row_summary(other, {"0": {"items": [1.0, 1.0], "diff": 0.5}})
+    assert row["eval"] == other["command"]
+    assert "| sage (eval model.dtype=float32) | 1 |" in effect.table({"sage": row})
+    plain = effect.row_summary(rec["base"], {"0": {"items": [1.0, 1.0], "diff": 0.5}})
+    assert "| grpo | 1 |" in effect.table({"grpo": plain})
+
+
+def test_a_row_pairs_with_one_base_so_seeds_of_other_evaluations_do_not_merge():
+    old = {"0": {"items": [1.0]}, "1": {"items": [0.0], "eval": "B"}}
+    assert set(effect.merge_seeds("grpo", {"0": old["0"]}, {"2": {"items": [1.0], "eval": "A"}}, "A", "A")) == {"0", "2"}
+    with pytest.raises(effect.UsageError, match="row sage: seeds 0 were evaluated with other keys than 'B'"):
+        effect.merge_seeds("sage", old, {}, "B", "A")
