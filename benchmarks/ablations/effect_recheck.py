@@ -2,7 +2,7 @@
 same command and under other batch and kernel settings, compared item by item with the committed records.
 
     .venv/bin/python benchmarks/ablations/effect_recheck.py [--rows base grpo trl_grpo] [--settings same max_batch_16
-        aten_default threads_1] [--n 500] [--out runs/recheck]
+        aten_default threads_1] [--n 500] [--out runs/recheck] [--eval-set KEY=VALUE ...]
     .venv/bin/python benchmarks/ablations/effect_recheck.py --table-only   # rebuild effect_recheck.md from the JSON
 
 Greedy decoding is deterministic for one machine, one batch composition and one set of kernels; a float that rounds
@@ -109,6 +109,9 @@ def main() -> None:
     ap.add_argument("--settings", nargs="+", default=["same"], choices=list(SETTINGS))
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--out", default="runs/recheck")
+    ap.add_argument("--eval-set", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="extra selfevo eval keys for every evaluation (e.g. model.dtype=float32 where bf16 is "
+                         "emulated: then 'here - record' also holds the dtype; 'vs_same_here' does not)")
     ap.add_argument("--table-only", action="store_true")
     args = ap.parse_args()
     path = RESULTS / "effect_recheck.json"
@@ -116,7 +119,7 @@ def main() -> None:
     if not args.table_only:
         record = json.loads((RESULTS / "effect.json").read_text())
         for row in args.rows:
-            adapter = [] if row == "base" else [f"adapters=[{RESULTS / 'adapters' / row}]"]
+            adapter = [*args.eval_set, *([] if row == "base" else [f"adapters=[{RESULTS / 'adapters' / row}]"])]
             if adapter and not (RESULTS / "adapters" / row / "adapter_config.json").exists():
                 raise SystemExit(f"no committed adapter for row {row!r} under {RESULTS / 'adapters'}")
             ref = reference(record, row)
@@ -124,11 +127,12 @@ def main() -> None:
                 overrides, env = SETTINGS[setting]
                 with environment(env):
                     items = evaluate(Path(args.out) / row / setting, args.n, [*adapter, *overrides], True)
-                cell = {**compare(ref[:args.n], [i["correct"] for i in items]), "overrides": list(overrides),
-                        "env": env}
+                cell = {**compare(ref[:args.n], [i["correct"] for i in items]),
+                        "overrides": [*args.eval_set, *overrides], "env": env}
                 if setting != "same" and (same := evaluate(Path(args.out) / row / "same", args.n, adapter, False)):
                     cell["vs_same_here"] = compare([i["correct"] for i in same], [i["correct"] for i in items])
-                saved["cells"][f"{row}/{setting}"] = cell
+                label = f"{setting} ({' '.join(args.eval_set)})" if args.eval_set else setting
+                saved["cells"][f"{row}/{label}"] = cell
         saved["machine"] = machine()
         path.write_text(json.dumps(saved) + "\n")
     md = table(saved["cells"])
