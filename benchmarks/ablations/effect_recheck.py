@@ -120,7 +120,7 @@ def main() -> None:
         record = json.loads((RESULTS / "effect.json").read_text())
         for row in args.rows:
             adapter = [*args.eval_set, *([] if row == "base" else [f"adapters=[{RESULTS / 'adapters' / row}]"])]
-            if adapter and not (RESULTS / "adapters" / row / "adapter_config.json").exists():
+            if row != "base" and not (RESULTS / "adapters" / row / "adapter_config.json").exists():
                 raise SystemExit(f"no committed adapter for row {row!r} under {RESULTS / 'adapters'}")
             ref = reference(record, row)
             for setting in args.settings:
