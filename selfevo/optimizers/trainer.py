@@ -47,8 +47,8 @@ class TrainerCfg:
     map_layer_blocks: bool = opt(False, "during an update, blocks the size of one layer's input get their own "
                                         "memory mapping, returned when freed (selfevo.heap.layer_threshold): a small "
                                         "micro-batch's blocks stop fragmenting the heap (MAESTRO cpu step: 3.89 -> "
-                                        "2.08 GiB peak) for page faults on every fresh block (a slower update; "
-                                        "docs/benchmarks.md); false: blocks of 8 MB and more only")
+                                        "2.08 GiB peak) for page faults on every fresh block (its update 1.5x "
+                                        "slower; docs/benchmarks.md); false: blocks of 8 MB and more only")
     max_grad_norm: float = opt(1.0, "gradient-norm clip per optimizer step", gt=0)
     mask_truncated: bool = opt(True, "leave completions cut by the token limit out of training (released code)")
     kl_coef: float = opt(0.0, "β: weight of the KL to the reference policy (adapter disabled)", ge=0)
