@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, save  # noqa: E402
+from recipe_memory import PhasePeaks  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 SETTINGS = ("fixed", "layer")
@@ -72,8 +73,7 @@ def child(setting: str, rows: str, steps: int, dtype: str) -> dict:
         start = time.perf_counter()
         store.step("agent", batch, loss_fn)
         seconds.append(round(time.perf_counter() - start, 2))
-    hwm = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmHWM:"))
-    return {"setting": setting, "step_s": seconds, "peak_gib": round(int(hwm.split()[1]) / 2**20, 3),
+    return {"setting": setting, "step_s": seconds, "peak_gib": round(PhasePeaks.high_water() / 2**30, 3),
             "tokens": sum(plen) + sum(clen), "torch_threads": torch.get_num_threads()}
 
 
@@ -87,7 +87,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.rounds < 1 or args.steps < 2:
         ap.error("--rounds must be >= 1 and --steps >= 2 (a process's first step is not counted)")
-    if not Path("/proc/self/status").exists():
+    if not PhasePeaks.available():
         ap.error("the peak is read from Linux's /proc/self/status")
     if args.child:
         print(json.dumps(child(args.child, args.rows, args.steps, args.dtype)))

@@ -20,12 +20,15 @@ two threads, a fresh process; 2026-11-27): glibc's dynamic threshold 58.7 s and 
 the layer-sized blocks whose holes made the heap grow (a slate's 12.8 MB layer inputs, its MLP intermediates)
 at ~3% of the update's time; smaller blocks come from the heap.
 
-A fixed 8 MB misses the layer blocks of a small micro-batch: a MAESTRO slate of 4 rows × ~700 tokens has ~6.4 MB
-layer inputs (fp32, hidden 576), which then come from the heap and fragment it (the cpu step's update peaked at
-3.89 GiB; 2.05 GiB with the threshold at 1 MB). :func:`layer_threshold` follows the micro-batch instead: 7/8 of
-one layer block's bytes, between 1 MB and 8 MB, so the blocks the size of a layer's input are mapped whatever the
-rows and widths, and the smaller ones still come from the heap. The store sets it before each training forward
-(``PolicyStore(heap_threshold=...)``, which ``build.policy_store`` passes when it set the threshold itself).
+A fixed 8 MB misses the layer blocks of a small micro-batch: a MAESTRO slate's 4 rows share their prompt and run
+packed as one ~900-token sequence, whose layer inputs (fp32, hidden 576) are ~2 MB, come from the heap and
+fragment it (the cpu step's update peaked at 3.89 GiB; 2.05 GiB with the threshold at 1 MB).
+:func:`layer_threshold` follows the micro-batch instead: 7/8 of one layer block's bytes, between 1 MB and 8 MB, so
+the blocks the size of a layer's input are mapped whatever the rows and widths, and the smaller ones still come
+from the heap. The store sets it before each training forward and restores its own after the update
+(``PolicyStore(heap_threshold=...)``; ``build.policy_store`` passes it with ``trainer.map_layer_blocks``). Its
+price is a page fault per fresh page of every mapped block: a MAESTRO-like update 1.54x slower
+(``benchmarks/heap_threshold.py``), so it is off by default and on in MAESTRO's cpu preset.
 """
 from __future__ import annotations
 

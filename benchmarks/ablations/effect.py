@@ -180,6 +180,12 @@ def recorded_base(record: dict, n: int, settings: list[str] | tuple[str, ...] = 
     return [{"correct": c, "chars": base["answer_chars"]} for c in base["items"]]
 
 
+def eval_extra(command: str) -> list[str]:
+    """The keys of an evaluation ``command`` (:func:`base_record`'s) beyond :func:`eval_args`' defaults: its
+    ``--eval-set``."""
+    return [k for k in command.split()[2:] if k not in EVAL and not k.startswith(("benchmark=", "limit="))]
+
+
 def eval_folder(name: str, eval_set: list[str] | tuple[str, ...]) -> str:
     """The folder of an evaluation (``base``, a run's ``eval``) under extra keys ``eval_set``: ``name`` for none,
     else ``name-`` and the keys (``eval-model.dtype-float32``), so evaluations of other keys sit side by side."""
@@ -289,9 +295,8 @@ def table(methods: dict) -> str:
     lines = ["| row | seeds | before | after (seed-avg) | after − before (paired 95%) | items +/− | per seed: after − "
              "before | answer chars before → after | training s (mean) |", "|---" * 9 + "|"]
     ci = lambda x: f"[{x[0]:.3f}, {x[1]:.3f}]"  # noqa: E731
-    default = "selfevo eval " + " ".join(eval_args(500))
     for name, r in methods.items():
-        extra = [k for k in (r.get("eval") or default).split() if k not in default.split() and "limit=" not in k]
+        extra = eval_extra(r.get("eval") or "")
         name = f"{name} (eval {' '.join(extra)})" if extra else name
         per = r.get("per_seed") or {}
         seeds = ", ".join(f"{p['diff']:+.3f}" for p in per.values()) or "–"

@@ -22,8 +22,9 @@ machine or setting:
 
 Per (row, setting): accuracy here and in the record, items that agree, items that turned right / wrong, and the
 paired difference (95%) against the record; for a setting other than ``same``, the same against this machine's
-``same`` evaluation when it exists (``vs_same_here``: the setting alone, without the machine's change). Writes ``benchmarks/results/effect_recheck.{json,md}``; a rerun adds
-its cells (keyed by row and setting) and keeps the others.
+``same`` evaluation when it exists (``vs_same_here``: the setting alone, without the machine's change). Writes
+``benchmarks/results/effect_recheck.{json,md}``; a rerun adds its cells (keyed by row and setting) and keeps the
+others.
 """
 from __future__ import annotations
 

@@ -148,3 +148,9 @@ def test_a_row_pairs_with_one_base_so_seeds_of_other_evaluations_do_not_merge():
     assert set(effect.merge_seeds("grpo", {"0": old["0"]}, {"2": {"items": [1.0], "eval": "A"}}, "A", "A")) == {"0", "2"}
     with pytest.raises(effect.UsageError, match="row sage: seeds 0 were evaluated with other keys than 'B'"):
         effect.merge_seeds("sage", old, {}, "B", "A")
+
+
+def test_eval_extra_is_what_an_evaluation_adds_to_the_defaults():
+    assert effect.eval_extra(effect.base_record([{"correct": 1.0, "chars": 1}], 1)["command"]) == []
+    fp32 = effect.base_record([{"correct": 1.0, "chars": 1}], 1, effect.BENCH, [*effect.EVAL, "model.dtype=float32"])
+    assert effect.eval_extra(fp32["command"]) == ["model.dtype=float32"]
