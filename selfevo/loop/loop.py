@@ -117,7 +117,8 @@ class Loop:
                                         betas=(t.adam_beta1, t.adam_beta2), weight_decay=t.weight_decay,
                                         optim_state_dtype=t.optim_state_dtype,
                                         gradient_checkpointing=t.gradient_checkpointing,
-                                        shared_prompts=t.shared_prompts, map_layer_blocks=t.map_layer_blocks)
+                                        shared_prompts=t.shared_prompts, packed_attention=t.packed_attention,
+                                        map_layer_blocks=t.map_layer_blocks)
         self.agents = agents or [f"agent{i}" for i in range(cfg.agents)]
         build.add_agents(self.store, self.agents, list(cfg.model.backbones))
         if cfg.model.init_adapters and not cfg.resume:

@@ -44,6 +44,13 @@ class TrainerCfg:
                                      "under a mask that keeps each row to the prompt and its own tokens (the same "
                                      "log-probs up to float rounding; a group shares the prompt's LoRA dropout "
                                      "mask)")
+    packed_attention: str = opt("auto", "how packed rows (shared_prompts) attend: ranges (one attention call per "
+                                        "prompt and per row, only their own blocks: the least arithmetic, the most "
+                                        "calls; selfevo's attention only), mask (one call per layer under an L x L "
+                                        "mask: the fewest calls), auto (ranges on the CPU; on a GPU, where an "
+                                        "update of a small model is bound by launching operations, the mask for "
+                                        "packed rows up to 2,048 tokens, ranges beyond: docs/scale.md)",
+                                choices=("auto", "ranges", "mask"))
     map_layer_blocks: bool = opt(False, "during an update, blocks the size of one layer's input get their own "
                                         "memory mapping, returned when freed (selfevo.heap.layer_threshold): a small "
                                         "micro-batch's blocks stop fragmenting the heap (MAESTRO cpu step: 3.89 -> "

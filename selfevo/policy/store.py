@@ -76,18 +76,40 @@ class Backbone:
         return self.model.get_base_model() if self.is_peft else self.model
 
 
+PACKED_ATTENTION = ("auto", "ranges", "mask")
+MASK_WIDTH = 2048  # auto on a GPU: packed rows up to this wide attend under the mask (bool, <= 4 MB per row)
+
+
+def ranges_attention(setting: str, device_type: str, width: int = 0) -> bool:
+    """Whether packed rows ``width`` tokens wide attend from their ranges (:func:`selfevo.attention.segmented_attention`)
+    rather than under the ``L x L`` mask: ``ranges``/``mask`` as named; ``auto`` ranges on the CPU, and on a GPU
+    for rows wider than :data:`MASK_WIDTH`. Ranges do the least arithmetic and build no mask, but call attention once
+    per prompt and per row in every layer: one GRPO update of 64 rows (30 layers, micro-batch 8) dispatches 312k
+    operations with ranges, 174k under the mask (30k with one micro-batch; benchmarks/update_ops.py). A GPU pays a
+    launch for each whatever its size (an H100 spent 20-31 s on such an update of the embedded model: docs/scale.md),
+    while the mask of a row up to MASK_WIDTH tokens is at most 4 MB."""
+    if setting not in PACKED_ATTENTION:
+        raise ValueError(f"packed_attention must be one of {', '.join(PACKED_ATTENTION)}, not {setting!r}")
+    if setting != "auto":
+        return setting == "ranges"
+    return device_type == "cpu" or width > MASK_WIDTH
+
+
 class PolicyStore:
     def __init__(self, dtype: str = "bfloat16", lora: LoraSettings | None = None, lr: float = 1e-5,
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, micro_batch: int = 8,
                  betas: tuple[float, float] = (0.9, 0.999), device: str = "cpu", optim_state_dtype: str = "float32",
                  gradient_checkpointing: bool = False, shared_prompts: bool = False,
-                 heap_threshold: int | None = None):
+                 heap_threshold: int | None = None, packed_attention: str = "auto"):
         self.dtype = dtype
         # glibc's mmap threshold during an update follows the micro-batch's layer blocks (selfevo.heap.layer_threshold,
         # capped here) and is set back to this after it; None: the store leaves the process's malloc alone
         self.heap_threshold = heap_threshold
         self.gradient_checkpointing = gradient_checkpointing
         self.shared_prompts = shared_prompts
+        if packed_attention not in PACKED_ATTENTION:
+            raise ValueError(f"packed_attention must be one of {', '.join(PACKED_ATTENTION)}, not {packed_attention!r}")
+        self.packed_attention = packed_attention
         if optim_state_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"optim_state_dtype must be float32 or bfloat16, not {optim_state_dtype!r}")
         self.optim_state_dtype = optim_state_dtype
@@ -202,8 +224,10 @@ class PolicyStore:
                 hidden = lm.model(input_ids=batch.input_ids.to(dev), attention_mask=mask,
                                   use_cache=False).last_hidden_state[:, :-1][scored.to(dev)]
             else:  # token t of row i is predicted from the hidden state at its row's position t - 1
-                # selfevo's attention runs the packed rows from their ranges; any other gets the explicit mask
-                ranges = {"packed_segments": packed.segments} if segments_supported(lm.config) else {}
+                # selfevo's attention runs the packed rows from their ranges where chosen; else the explicit mask
+                use_ranges = segments_supported(lm.config) and ranges_attention(self.packed_attention, dev.type,
+                                                                                width)
+                ranges = {"packed_segments": packed.segments} if use_ranges else {}
                 hidden = lm.model(input_ids=packed.input_ids.to(dev), position_ids=packed.position_ids.to(dev),
                                   attention_mask=None if ranges else packed.mask.to(dev), use_cache=False,
                                   **ranges).last_hidden_state

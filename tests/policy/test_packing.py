@@ -103,8 +103,41 @@ def _group_batch():
     return _batch(prompts, completions)
 
 
-def test_store_logprobs_and_gradients_packed_equal_unpacked(make_store):
-    store = make_store(("a0",))
+@pytest.mark.parametrize("setting, device, width, ranges", [
+    ("auto", "cpu", 100, True), ("auto", "cpu", 9000, True), ("auto", "cuda", 100, False),
+    ("auto", "cuda", 2048, False), ("auto", "cuda", 2049, True), ("auto", "meta", 0, False),
+    ("ranges", "cpu", 100, True), ("ranges", "cuda", 100, True), ("mask", "cpu", 100, False),
+    ("mask", "cuda", 9000, False)])
+def test_ranges_attention_by_setting_device_and_width(setting, device, width, ranges):
+    from selfevo.policy.store import ranges_attention
+
+    assert ranges_attention(setting, device, width) is ranges
+
+
+def test_packed_attention_refuses_other_names(make_store):
+    from selfevo.policy.store import ranges_attention
+
+    with pytest.raises(ValueError, match="auto, ranges, mask"):
+        ranges_attention("flex", "cpu")
+    with pytest.raises(ValueError, match="packed_attention must be one of"):
+        make_store(("a0",), packed_attention="flex")
+
+
+@pytest.mark.parametrize("setting, calls", [("ranges", True), ("mask", False)])
+def test_store_attends_as_packed_attention_says(make_store, monkeypatch, setting, calls):
+    import selfevo.attention as attention
+
+    store = make_store(("a0",), shared_prompts=True, packed_attention=setting)
+    seen = []
+    real = attention.segmented_attention
+    monkeypatch.setattr(attention, "segmented_attention", lambda *a, **k: seen.append(1) or real(*a, **k))
+    store.token_logprobs("a0", _group_batch())
+    assert bool(seen) is calls
+
+
+@pytest.mark.parametrize("setting", ["ranges", "mask"])
+def test_store_logprobs_and_gradients_packed_equal_unpacked(make_store, setting):
+    store = make_store(("a0",), packed_attention=setting)
     randomize_adapters(store)
     b = _group_batch()
     grads, logps = [], []
