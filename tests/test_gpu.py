@@ -127,8 +127,9 @@ def test_segmented_attention_on_cuda_matches_the_cpu(dtype):
 
 @pytest.mark.parametrize("kl_in_reward", [True, False])
 def test_packed_grpo_update_with_kl_on_cuda_takes_the_cpu_step(make_store, kl_in_reward):
-    """The GRPO update over shared-prompt packed rows (attention from ranges), with the KL to the base folded into
-    the reward or as a loss term scored in the training forward: the CPU's loss, KL and step on CUDA (fp32)."""
+    """The GRPO update over shared-prompt packed rows (ranges on the CPU, the mask on CUDA under
+    ``packed_attention=auto``), with the KL to the base folded into the reward or as a loss term scored in the
+    training forward: the CPU's loss, KL and step on CUDA (fp32)."""
     from selfevo.optimizers import OPTIMIZERS, Samples
     from selfevo.optimizers.trainer import TrainerCfg
 
