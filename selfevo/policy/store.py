@@ -80,6 +80,13 @@ PACKED_ATTENTION = ("auto", "ranges", "mask")
 MASK_WIDTH = 2048  # auto on a GPU: packed rows up to this wide attend under the mask (bool, <= 4 MB per row)
 
 
+def check_packed_attention(setting: str) -> str:
+    """``setting`` if it names a packed attention (:data:`PACKED_ATTENTION`), else a one-line ValueError."""
+    if setting not in PACKED_ATTENTION:
+        raise ValueError(f"packed_attention must be one of {', '.join(PACKED_ATTENTION)}, not {setting!r}")
+    return setting
+
+
 def ranges_attention(setting: str, device_type: str, width: int = 0) -> bool:
     """Whether packed rows ``width`` tokens wide attend from their ranges (:func:`selfevo.attention.segmented_attention`)
     rather than under the ``L x L`` mask: ``ranges``/``mask`` as named; ``auto`` ranges on the CPU, and on a GPU
@@ -88,9 +95,7 @@ def ranges_attention(setting: str, device_type: str, width: int = 0) -> bool:
     operations with ranges, 174k under the mask (30k with one micro-batch; benchmarks/update_ops.py). A GPU pays a
     launch for each whatever its size (an H100 spent 20-31 s on such an update of the embedded model: docs/scale.md),
     while the mask of a row up to MASK_WIDTH tokens is at most 4 MB."""
-    if setting not in PACKED_ATTENTION:
-        raise ValueError(f"packed_attention must be one of {', '.join(PACKED_ATTENTION)}, not {setting!r}")
-    if setting != "auto":
+    if check_packed_attention(setting) != "auto":
         return setting == "ranges"
     return device_type == "cpu" or width > MASK_WIDTH
 
@@ -107,9 +112,7 @@ class PolicyStore:
         self.heap_threshold = heap_threshold
         self.gradient_checkpointing = gradient_checkpointing
         self.shared_prompts = shared_prompts
-        if packed_attention not in PACKED_ATTENTION:
-            raise ValueError(f"packed_attention must be one of {', '.join(PACKED_ATTENTION)}, not {packed_attention!r}")
-        self.packed_attention = packed_attention
+        self.packed_attention = check_packed_attention(packed_attention)
         if optim_state_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"optim_state_dtype must be float32 or bfloat16, not {optim_state_dtype!r}")
         self.optim_state_dtype = optim_state_dtype
