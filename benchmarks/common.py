@@ -74,3 +74,25 @@ def gsm8k_prompts(n: int, data_root: str | None = None) -> list[str]:
         rows = [json.loads(x) for x in path.read_text().splitlines()[:n]]
         return [r["question"] for r in rows]
     return [f"What is {i} times {i + 7}? Explain step by step." for i in range(n)]
+
+
+def grpo_samples(prompts: int, per_prompt: int, prompt_len: int = 66, lengths: tuple[int, int] = (40, 129),
+                 ids: tuple[int, int] = (100, 40000)):
+    """A seeded synthetic GRPO batch: ``prompts`` random prompts of ``prompt_len`` tokens (ids in ``ids``), each with
+    ``per_prompt`` completions of ``lengths[0]`` to ``lengths[1] - 1`` tokens, 0/1 rewards (30% ones), grouped by
+    prompt, as :class:`selfevo.optimizers.Samples`."""
+    import torch
+
+    from selfevo.optimizers import Samples
+    from selfevo.policy import SeqBatch
+
+    g = torch.Generator().manual_seed(0)
+    p_ids, c_ids = [], []
+    for _ in range(prompts):
+        prompt = torch.randint(*ids, (prompt_len,), generator=g).tolist()
+        for _ in range(per_prompt):
+            n = int(torch.randint(*lengths, (1,), generator=g))
+            p_ids.append(prompt)
+            c_ids.append(torch.randint(*ids, (n,), generator=g).tolist())
+    rewards = (torch.rand(len(c_ids), generator=g) < 0.3).float()
+    return Samples(SeqBatch.build(p_ids, c_ids, 0), rewards, [i // per_prompt for i in range(len(c_ids))])

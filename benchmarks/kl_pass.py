@@ -21,26 +21,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save  # noqa: E402
+from common import grpo_samples, machine, save  # noqa: E402
 
 from selfevo.loop import TrainerCfg  # noqa: E402
-from selfevo.optimizers import OPTIMIZERS, Samples, score  # noqa: E402
-from selfevo.policy import LoraSettings, PolicyStore, SeqBatch  # noqa: E402
+from selfevo.optimizers import OPTIMIZERS, score  # noqa: E402
+from selfevo.policy import LoraSettings, PolicyStore  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
-
-
-def grpo_batch(prompts: int, per_prompt: int) -> Samples:
-    g = torch.Generator().manual_seed(0)
-    p_ids, c_ids = [], []
-    for _ in range(prompts):
-        prompt = torch.randint(100, 40000, (66,), generator=g).tolist()
-        for _ in range(per_prompt):
-            n = int(torch.randint(40, 129, (1,), generator=g))
-            p_ids.append(prompt)
-            c_ids.append(torch.randint(100, 40000, (n,), generator=g).tolist())
-    rewards = (torch.rand(len(c_ids), generator=g) < 0.3).float()
-    return Samples(SeqBatch.build(p_ids, c_ids, 0), rewards, [i // per_prompt for i in range(len(c_ids))])
 
 
 def main() -> None:
@@ -55,7 +42,7 @@ def main() -> None:
                         micro_batch=cfg.micro_batch, gradient_checkpointing=cfg.gradient_checkpointing,
                         shared_prompts=cfg.shared_prompts)
     store.add_agent("agent0", MODEL)
-    samples, update = grpo_batch(args.prompts, args.per_prompt), OPTIMIZERS.get("grpo")(cfg)
+    samples, update = grpo_samples(args.prompts, args.per_prompt), OPTIMIZERS.get("grpo")(cfg)
     runs: dict[str, list[float]] = {"now": [], "old": [], "score_only": []}
     for _ in range(args.repeats):
         for mode in ("now", "old"):

@@ -4,7 +4,7 @@
                                               [--out update_ops]
 
 One GRPO update (KL to the base as a loss term, gradient checkpointing, shared-prompt packing: the trainer's
-defaults) of ``--prompts`` x ``--per-prompt`` rows (prompt 70 tokens, completions 30-200, seeded), on a model of
+defaults) of ``--prompts`` x ``--per-prompt`` rows (prompt 70 tokens, completions 30-199, seeded: ``common.grpo_samples``), on a model of
 SmolLM2-135M's depth (``--layers``) and tiny width, so that counting is quick: the operations are the same at any
 width. Counted: every ATen operation the update dispatches (forward, recomputation and backward, views included),
 once per ``trainer.packed_attention`` (ranges, mask) and micro-batch. On a GPU each costs a launch and Python's
@@ -25,12 +25,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save  # noqa: E402
+from common import grpo_samples, machine, save  # noqa: E402
 
 from selfevo import models  # noqa: E402
 from selfevo.optimizers import OPTIMIZERS, Samples  # noqa: E402
 from selfevo.optimizers.trainer import TrainerCfg  # noqa: E402
-from selfevo.policy import LoraSettings, PolicyStore, SeqBatch  # noqa: E402
+from selfevo.policy import LoraSettings, PolicyStore  # noqa: E402
 
 
 class Count(TorchDispatchMode):
@@ -59,31 +59,19 @@ def deep_tiny(folder: Path, layers: int) -> Path:
     return folder
 
 
-def grpo_batch(prompts: int, per_prompt: int) -> tuple[SeqBatch, torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    heads, tails = [], []
-    for _ in range(prompts):
-        prompt = torch.randint(10, 1000, (70,), generator=gen).tolist()
-        for _ in range(per_prompt):
-            n = int(torch.randint(30, 200, (1,), generator=gen))
-            heads.append(prompt)
-            tails.append(torch.randint(10, 1000, (n,), generator=gen).tolist())
-    return SeqBatch.build(heads, tails, 0), torch.rand(len(heads), generator=gen)
-
-
-def count(model: Path, attention: str, micro_batch: int, batch: SeqBatch, rewards: torch.Tensor) -> dict:
+def count(model: Path, attention: str, micro_batch: int, samples: Samples) -> dict:
     torch.manual_seed(0)
     store = PolicyStore(dtype="float32", lora=LoraSettings(r=16, alpha=32), lr=1e-4, micro_batch=micro_batch,
                         shared_prompts=True, gradient_checkpointing=True, packed_attention=attention)
     store.add_agent("a0", str(model))
     update = OPTIMIZERS.get("grpo")(TrainerCfg(kl_coef=0.04, kl_in_reward=False))
-    update(store, "a0", Samples(batch, rewards))  # first use: lazy initialisations left out of the count
+    update(store, "a0", samples)  # first use: lazy initialisations left out of the count
     counter = Count()
     with counter:
-        update(store, "a0", Samples(batch, rewards))
+        update(store, "a0", samples)
     top = dict(counter.n.most_common(6))
     return {"attention": attention, "micro_batch": micro_batch, "ops": sum(counter.n.values()),
-            "micro_batches": len(store.micro_batches(batch)), "top": top}
+            "micro_batches": len(store.micro_batches(samples.batch)), "top": top}
 
 
 def main() -> None:
@@ -94,20 +82,20 @@ def main() -> None:
     ap.add_argument("--micro-batches", type=int, nargs="+", default=[8, 64])
     ap.add_argument("--out", default="update_ops")
     args = ap.parse_args()
-    batch, rewards = grpo_batch(args.prompts, args.per_prompt)
+    samples = grpo_samples(args.prompts, args.per_prompt, prompt_len=70, lengths=(30, 200), ids=(10, 1000))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model = deep_tiny(Path(tmp) / "deep-tiny", args.layers)
         for mb in args.micro_batches:
             for attention in ("ranges", "mask"):
-                rows.append(count(model, attention, mb, batch, rewards))
+                rows.append(count(model, attention, mb, samples))
                 print(f"packed_attention={attention:6} micro_batch={mb:3}: {rows[-1]['ops']:8,} operations "
                       f"({rows[-1]['micro_batches']} micro-batches)", flush=True)
     base = rows[0]["ops"]
     for r in rows:
         r["vs_first"] = round(base / r["ops"], 2)
     save(args.out, {"layers": args.layers, "rows_per_update": args.prompts * args.per_prompt,
-                    "tokens": int(batch.attention_mask.sum()), "counts": rows, "machine": machine()})
+                    "tokens": int(samples.batch.attention_mask.sum()), "counts": rows, "machine": machine()})
 
 
 if __name__ == "__main__":

@@ -91,8 +91,8 @@ def ranges_attention(setting: str, device_type: str, width: int = 0) -> bool:
     """Whether packed rows ``width`` tokens wide attend from their ranges (:func:`selfevo.attention.segmented_attention`)
     rather than under the ``L x L`` mask: ``ranges``/``mask`` as named; ``auto`` ranges on the CPU, and on a GPU
     for rows wider than :data:`MASK_WIDTH`. Ranges do the least arithmetic and build no mask, but call attention once
-    per prompt and per row in every layer: one GRPO update of 64 rows (30 layers, micro-batch 8) dispatches 312k
-    operations with ranges, 174k under the mask (30k with one micro-batch; benchmarks/update_ops.py). A GPU pays a
+    per prompt and per row in every layer: one GRPO update of 64 rows (30 layers, micro-batch 8) dispatches 311k
+    operations with ranges, 173k under the mask (29k with one micro-batch; benchmarks/update_ops.py). A GPU pays a
     launch for each whatever its size (an H100 spent 20-31 s on such an update of the embedded model: docs/scale.md),
     while the mask of a row up to MASK_WIDTH tokens is at most 4 MB."""
     if check_packed_attention(setting) != "auto":
