@@ -31,8 +31,10 @@ What ``--preset`` means (:data:`SCALES`), for every method at once:
 Per method and seed: its training command (``effect.Row``) with ``seed=S``, resumable (a stopped run continues with
 ``resume=true``; a finished one is reused; a folder trained by another command is refused), then ``selfevo eval``
 of its final adapter on every benchmark; the untrained model once per benchmark. ``--set [METHOD:|eval:]KEY=VALUE``
-adds a key to every method's training, to one method's, or to every evaluation (an evaluation already in a folder
-is reused only with the keys it was run with: others are a one-line error, use another ``--out``).
+adds a key to every method's training, to one method's, or to every evaluation. Evaluations with ``eval:`` keys go
+where ``effect.py --eval-set`` puts them (``<out>/base-<keys>``, ``<run>/eval-<keys>``, e.g. ``eval-model.dtype-float32``),
+so either script reuses the other's; an evaluation already in a folder is reused only with the keys it was run with
+(others are a one-line error).
 
 Writes ``benchmarks/results/compare_<preset>.{json,md}``: per benchmark and method the seed-averaged accuracy with
 its Wilson interval, the paired change from the untrained model with its 95% interval, items turned right / wrong,
@@ -175,15 +177,17 @@ def run_all(methods: list[str], preset: str, seeds: list[int], n: int, benchmark
         check_same_command(where, rows[m].command(where, seed))
         commands[m, seed] = effect.train(rows[m], where, seed, True)
     # one selfevo eval (one model load) per model over every benchmark it lacks
-    base = effect.evaluate_all(out / ("base" + scale.suffix), n, [], True, benchmarks, settings)
+    base = effect.evaluate_all(out / effect.eval_folder("base" + scale.suffix, evals), n, [], True, benchmarks,
+                               settings)
+    folder = effect.eval_folder("eval", evals)  # effect.py's --eval-set folders: its evaluations are reused
     for m, seed, where in runs:
-        effect.evaluate_all(where / "eval", n, effect.adapter_args(rows[m], where), rows[m].finished(where),
+        effect.evaluate_all(where / folder, n, effect.adapter_args(rows[m], where), rows[m].finished(where),
                             benchmarks, settings)
     raw = {}
     for bench in benchmarks:
         per_seed: dict[str, dict] = {m: {} for m in methods}
         for m, seed, where in runs:
-            done = effect.after_record(rows[m], where, n, base[bench], commands[m, seed], bench, settings)
+            done = effect.after_record(rows[m], where, n, base[bench], commands[m, seed], bench, settings, folder)
             if done is not None:
                 per_seed[m][str(seed)] = done
         raw[bench] = {"base": effect.base_record(base[bench], n, bench, settings), "per_seed": per_seed}

@@ -166,6 +166,9 @@ TINY = ["model.backbones=[tiny-random]", "model.dtype=float32", "sampling.max_ne
         "eval:model.backbones=[tiny-random]", "eval:model.dtype=float32", "eval:sampling.max_new_tokens=8"]
 
 
+FOLDER = effect.eval_folder("eval", [s[5:] for s in TINY if s.startswith("eval:")])  # effect.py's --eval-set
+
+
 @pytest.mark.slow
 def test_four_methods_train_evaluate_and_tabulate_on_tiny_random_then_reuse(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the runs' subprocesses import this checkout
@@ -181,7 +184,7 @@ def test_four_methods_train_evaluate_and_tabulate_on_tiny_random_then_reuse(tmp_
         seed = r["per_seed"]["0"]
         assert len(seed["items"]) == 3 and seed["steps"] == 1, method
         assert seed["command"].startswith(f"selfevo run {method} --preset cpu-learn model.backbones=[tiny-random]")
-        assert (tmp_path / "runs" / method / "seed0" / "eval" / "arith-vanilla" / "items.jsonl").exists()
+        assert (tmp_path / "runs" / method / "seed0" / FOLDER / "arith-vanilla" / "items.jsonl").exists()
     md = (tmp_path / "res" / "compare_cpu-learn.md").read_text()
     # again: nothing retrained (one launch in run.json), the same record; --table-only rebuilds the same Markdown
     compare.main(argv)
@@ -193,6 +196,7 @@ def test_four_methods_train_evaluate_and_tabulate_on_tiny_random_then_reuse(tmp_
     # another command on the same folders is refused
     with pytest.raises(UsageError, match="was trained by"):
         compare.main([*argv, "--set", "trainer.lr=0.001"])
-    # other evaluation keys on the same evaluations are refused too (not silently reused)
+    # an evaluation folder holds one set of keys: another set is refused there (not silently reused)
+    where = tmp_path / "runs" / "mae" / "seed0" / FOLDER
     with pytest.raises(UsageError, match="was evaluated with"):
-        compare.main([*argv, "--set", "eval:sampling.max_new_tokens=4"])
+        effect.evaluate(where, 3, [], True, "arith", [*effect.EVAL, "sampling.max_new_tokens=4"])
