@@ -74,13 +74,18 @@ SAGE = dict(adapter="adapters/final/sage", curve=("solver_accuracy", "acceptance
 AZR = dict(adapter="adapters/final/azr", curve=("valid.deduction", "valid.abduction", "valid.induction",
                                                 "accuracy.deduction"))
 MAE = dict(adapter="adapters/final/mae", curve=("acceptance_rate", "proposer_reward", "reward_by_role.solver"))
+def comas_judge(p: str, *extra: str, about: str) -> Row:
+    """CoMAS with ``noisy_judge`` of accuracy ``p`` in the scorer's place, plus ``extra`` keys."""
+    return Row("comas", ("reward.judge=noisy_judge", f"reward.judge_accuracy={p}", *extra), curve=COMAS_CURVE,
+               about=about)
+
+
 ROWS: dict[str, Row] = {
     "comas": Row("comas", curve=COMAS_CURVE, about="CoMAS, the agents' own scores (Eq. 7-8)"),
-    **{f"comas_judge_{p}": Row("comas", ("reward.judge=noisy_judge", f"reward.judge_accuracy={p}"), curve=COMAS_CURVE,
-                               about=f"CoMAS with a judge of accuracy {p} in the scorer's place")
+    **{f"comas_judge_{p}": comas_judge(p, about=f"CoMAS with a judge of accuracy {p} in the scorer's place")
        for p in ("1.0", "0.8", "0.65")},
-    "comas_judge_1.0_lr5e-4": Row("comas", ("reward.judge=noisy_judge", "reward.judge_accuracy=1.0", "trainer.lr=5e-4"),
-                                  curve=COMAS_CURVE, about="CoMAS, a perfect judge, at GRPO's LoRA rate (5e-4)"),
+    "comas_judge_1.0_lr5e-4": comas_judge("1.0", "trainer.lr=5e-4",
+                                          about="CoMAS, a perfect judge, at GRPO's LoRA rate (5e-4)"),
     "sage": Row("sage", about="SAGE, all four roles", **SAGE),
     "sage_64": Row("sage", ("trainer.max_steps=64",), about="SAGE to 64 steps", **SAGE),
     "sage_no_challenger": Row("sage", ("protocol.train_challenger=false",), about="no Challenger training", **SAGE),
