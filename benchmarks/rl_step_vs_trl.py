@@ -10,12 +10,15 @@ gradient checkpointing as --checkpointing on both sides (on: TRL's GRPOConfig de
 a prompt's 4 completions run the prompt's forward once in the update; ``--no-shared-prompts`` turns it off).
 Reported: generated tokens per second over whole steps (rollout + reward + update), the first step excluded as
 warm-up.
-Keys: selfevo_tok_s, trl_grpo_tok_s, ratio, selfevo_step_s, trl_step_s (every step's seconds). Writes
+Keys: selfevo_tok_s, trl_grpo_tok_s, ratio, selfevo_step_s, trl_step_s (every step's seconds), selfevo_update_s
+(the update's share of each step) and ratio_bound_by_update (TRL's median step over selfevo's median update: the
+ratio an instantaneous rollout would give, i.e. the most that generation speed alone can reach). Writes
 results/rl_step_vs_trl.json (``--out`` to name it otherwise).
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,7 +42,7 @@ MODEL = "smollm2-135m-instruct"
 PER_PROMPT = 4
 
 
-def selfevo_run(tasks, args) -> tuple[float, list[float]]:
+def selfevo_run(tasks, args) -> tuple[float, list[float], list[float]]:
     cfg = TrainerCfg(gradient_checkpointing=args.checkpointing == "on", shared_prompts=args.shared_prompts)
     store = PolicyStore(dtype=args.dtype, lora=LoraSettings(r=16, alpha=32), lr=1e-5, micro_batch=8,
                         gradient_checkpointing=cfg.gradient_checkpointing, shared_prompts=cfg.shared_prompts)
@@ -47,7 +50,7 @@ def selfevo_run(tasks, args) -> tuple[float, list[float]]:
     engine = HFEngine(store)
     sp = SamplingParams(max_new_tokens=args.tokens, temperature=1.0)
     n_prompts = args.completions // PER_PROMPT
-    tokens, steps = 0, []
+    tokens, steps, updates = 0, [], []
     for step in range(args.steps):
         batch_tasks = tasks[step * n_prompts:(step + 1) * n_prompts]
         start = time.perf_counter()
@@ -58,12 +61,14 @@ def selfevo_run(tasks, args) -> tuple[float, list[float]]:
             [t for t in batch_tasks for _ in range(PER_PROMPT)], outs)])
         batch = SeqBatch.build([o.prompt_ids for o in outs], [o.token_ids for o in outs],
                                store.backbones[MODEL].tokenizer.pad_token_id)
+        update = time.perf_counter()
         OPTIMIZERS.get("reinforce_pp")(cfg)(store, "agent", Samples(batch, rewards))
         steps.append(time.perf_counter() - start)
-        print(f"selfevo step {step}: {steps[-1]:.1f} s", flush=True)
+        updates.append(time.perf_counter() - update)
+        print(f"selfevo step {step}: {steps[-1]:.1f} s (update {updates[-1]:.1f} s)", flush=True)
         if step > 0:
             tokens += sum(len(o.token_ids) for o in outs)
-    return tokens / sum(steps[1:]), steps
+    return tokens / sum(steps[1:]), steps, updates
 
 
 def trl_run(tasks, args) -> tuple[float, list[float]]:
@@ -109,6 +114,12 @@ class _StepTimer(TrainerCallback):
         self.seconds.append(time.perf_counter() - self._t)
 
 
+def update_bound(trl_steps: list[float], updates: list[float]) -> float:
+    """The step-time ratio selfevo would reach with a rollout that took no time at all: TRL's median step over
+    selfevo's median update (first steps excluded as warm-up): what faster generation alone can reach."""
+    return round(statistics.median(trl_steps[1:]) / statistics.median(updates[1:]), 2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=4)
@@ -125,11 +136,13 @@ def main() -> None:
     result = {"model": MODEL, "dtype": args.dtype, "steps": args.steps, "completions_per_step": args.completions,
               "max_new_tokens": args.tokens, "checkpointing": args.checkpointing,
               "shared_prompts": args.shared_prompts}
-    rate, steps = selfevo_run(tasks, args)
+    rate, steps, updates = selfevo_run(tasks, args)
     result["selfevo_tok_s"], result["selfevo_step_s"] = round(rate, 1), [round(s, 1) for s in steps]
+    result["selfevo_update_s"] = [round(s, 1) for s in updates]
     rate, steps = trl_run(tasks, args)
     result["trl_grpo_tok_s"], result["trl_step_s"] = round(rate, 1), [round(s, 1) for s in steps]
     result["ratio"] = round(result["selfevo_tok_s"] / result["trl_grpo_tok_s"], 2)
+    result["ratio_bound_by_update"] = update_bound(result["trl_step_s"], updates)
     result["machine"] = machine()
     save(args.out, result)
 

@@ -324,18 +324,23 @@ class _Lane:
         joining = sorted(self.waiting[:free], key=lambda kr: -len(kr[1].prompt_ids))  # similar lengths together
         self.waiting, self.since_join = self.waiting[free:], 0
         rows = [r for _, r in joining]
-        ids, attn = (t.to(self.dev) for t in left_pad([r.prompt_ids for r in rows], self.tok.pad_token_id))
+        first, copy = distinct_prompts(rows)  # rows of one prompt and adapter (a group's samples) prefill once
+        ids, attn = (t.to(self.dev) for t in left_pad([rows[i].prompt_ids for i in first], self.tok.pad_token_id))
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         self.engine.counters["prefill_tokens"] += int(attn.sum())
-        self.engine.shapes.add("prefill", len(rows), size=ids.shape[1])
+        self.engine.shapes.add("prefill", len(first), size=ids.shape[1])
         if self.lora is not None:
-            self.lora.set_rows([r.request.agent for r in rows])
+            self.lora.set_rows([rows[i].request.agent for i in first])
         # capacity: the prompt and every new token; joining a running batch, just the prompt (it is merged at once)
         reserve = ids.shape[1] + (0 if running else max(r.request.sampling.max_new_tokens for r in rows))
         # no padding (one row, or equal lengths): no mask, so attention runs SDPA's causal kernel (a prefill sees
         # exactly its own keys, even in a cache with spare capacity)
         mask = None if bool(attn.all()) else attn
         logits, cache = HFEngine._forward(self.net, ids, mask, pos, kvcache.growing_cache(self.net.config, reserve))
+        if len(first) < len(rows):  # every row gets its prompt's cache, logits and mask (its own sampler)
+            copy = torch.tensor(copy, device=self.dev)
+            cache.batch_select_indices(copy)
+            logits, attn, pos = logits[copy], attn[copy], pos[copy]
         temps = torch.tensor([r.request.sampling.temperature for r in rows])
         top_ps = torch.tensor([r.request.sampling.top_p for r in rows])
         pos = pos[:, -1:]
@@ -390,6 +395,20 @@ class _Lane:
     def _clear(self) -> None:
         self.rows, self.keys = [], []
         self.attn = self.pos = self.logits = self.temps = self.top_ps = self.cache = None
+
+
+def distinct_prompts(rows: Sequence[_Row]) -> tuple[list[int], list[int]]:
+    """Rows with the same prompt tokens and adapter prefill once: the index of each distinct (adapter, prompt)'s
+    first row, and for every row the position of its own among them."""
+    seen: dict[tuple, int] = {}
+    first, copy = [], []
+    for i, row in enumerate(rows):
+        key = (row.request.agent, tuple(row.prompt_ids))
+        if key not in seen:
+            seen[key] = len(first)
+            first.append(i)
+        copy.append(seen[key])
+    return first, copy
 
 
 def _lead(mask: torch.Tensor) -> int:

@@ -151,7 +151,7 @@ def test_bf16_fast_path_matches_peft(make_store):
     store = make_store(("a0", "a1"), backbone="smollm2-135m-instruct", dtype="bfloat16")
     randomize_adapters(store, std=0.02)
     bb = store.backbones["smollm2-135m-instruct"]
-    ids = torch.randint(100, 40000, (3, 12))
+    ids = torch.randint(100, 40000, (3, 12), generator=torch.Generator().manual_seed(0))
     rows = ["a1", None, "a0"]
     with MultiLoRA(bb.model, rows), PackedLinears(bb.causal_lm):
         fast = torch.log_softmax(bb.causal_lm(input_ids=ids).logits[:, -1].float(), -1)
@@ -159,7 +159,9 @@ def test_bf16_fast_path_matches_peft(make_store):
         ref = torch.log_softmax(peft_logits(store, agent, ids)[i, -1].float(), -1)
         kl = (ref.exp() * (ref - fast[i])).sum()  # bf16 logits are coarse (spacing 0.125 at 16): compare laws
         assert kl < 0.02, kl
-        assert fast[i].argmax() == ref.argmax()
+        top = ref.topk(2).values  # the same top token unless two bf16 spacings or less separate the first two
+        # (unseeded inputs failed here 1 run in 3 on ties of 0 or 0.125)
+        assert fast[i].argmax() == ref.argmax() or float(top[0] - top[1]) <= 0.25
 
 
 class ChainSource:
@@ -367,6 +369,36 @@ def test_engine_counts_the_shapes_of_its_forwards(make_store):
 
 
 # ---- the KV-cache budget ----------------------------------------------------------------------------------------
+def test_samples_of_one_prompt_prefill_once_and_get_what_they_would_alone(make_store):
+    """A GRPO-style group (4 seeded samples of one prompt and adapter) and a second adapter's copy of the same
+    prompt: two prefill rows, not five; each sample's tokens and log-probs are those it gets alone."""
+    store = make_store(("a0", "a1"))
+    randomize_adapters(store)
+    sp = SamplingParams(max_new_tokens=6, temperature=1.0)
+    reqs = [Request("a0", MSGS[2], sp, seed=k) for k in range(4)] + [Request("a1", MSGS[2], sp, seed=0)]
+    engine = HFEngine(store)
+    outs = engine.generate(reqs)
+    prompt = len(outs[0].prompt_ids)
+    assert engine.shapes.to_json()["prefill"][0][0] == 2
+    assert engine.counters["prefill_tokens"] == 2 * prompt
+    for r, got in zip(reqs, outs):
+        ref = HFEngine(store).generate([r])[0]
+        assert got.token_ids == ref.token_ids
+        assert max(abs(a - b) for a, b in zip(got.logprobs, ref.logprobs)) < 1e-4
+    assert len({tuple(o.token_ids) for o in outs[:4]}) > 1  # the samples still draw their own tokens
+
+
+def test_distinct_prompts_by_hand():
+    from selfevo.engines.hf import _Row, distinct_prompts
+
+    def row(agent, ids):
+        return _Row(Request(agent, [], GREEDY), ids, None, [], [])
+
+    rows = [row("a", [1, 2]), row("a", [1, 2]), row("b", [1, 2]), row("a", [3]), row("a", [1, 2])]
+    assert distinct_prompts(rows) == ([0, 2, 3], [0, 0, 1, 2, 0])
+    assert distinct_prompts([]) == ([], [])
+
+
 def test_kv_bytes_per_token_of_smollm2_by_hand():
     from types import SimpleNamespace
 
