@@ -103,7 +103,8 @@ class HFEngine:
     """``HFEngine(store)`` generates with the store's backbones and adapters (see :class:`PolicyStore`).
 
     It batches continuously (:meth:`stream`): a request joins the running batch as soon as it is ready and a row is
-    free (its prompt is prefilled on its own and its KV cache merged into the batch's), finished rows leave it.
+    free (its prompt is prefilled on its own and its KV cache merged into the batch's; samples of one prompt and
+    adapter joining together, e.g. a GRPO group, prefill it once), finished rows leave it.
     ``generate(requests)`` is :meth:`stream` over a fixed list. ``max_batch``: rows decoded together per backbone;
     ``compact_below``: finished rows are dropped from the batch once the running ones fall below this fraction
     (or at once when requests wait for the slots); ``join_every``: a request waits at most this many decode steps
