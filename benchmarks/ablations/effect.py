@@ -86,6 +86,8 @@ ROWS: dict[str, Row] = {
        for p in ("1.0", "0.8", "0.65")},
     "comas_judge_1.0_lr5e-4": comas_judge("1.0", "trainer.lr=5e-4",
                                           about="CoMAS, a perfect judge, at GRPO's LoRA rate (5e-4)"),
+    "comas_judge_1.0_lr5e-4_role": comas_judge("1.0", "trainer.lr=5e-4", "reward.normalise=agent_role",
+                                               about="the same, advantages whitened per role (not across roles)"),
     "sage": Row("sage", about="SAGE, all four roles", **SAGE),
     "sage_64": Row("sage", ("trainer.max_steps=64",), about="SAGE to 64 steps", **SAGE),
     "sage_no_challenger": Row("sage", ("protocol.train_challenger=false",), about="no Challenger training", **SAGE),
