@@ -74,6 +74,8 @@ SAGE = dict(adapter="adapters/final/sage", curve=("solver_accuracy", "acceptance
 AZR = dict(adapter="adapters/final/azr", curve=("valid.deduction", "valid.abduction", "valid.induction",
                                                 "accuracy.deduction"))
 MAE = dict(adapter="adapters/final/mae", curve=("acceptance_rate", "proposer_reward", "reward_by_role.solver"))
+
+
 def comas_judge(p: str, *extra: str, about: str) -> Row:
     """CoMAS with ``noisy_judge`` of accuracy ``p`` in the scorer's place, plus ``extra`` keys."""
     return Row("comas", ("reward.judge=noisy_judge", f"reward.judge_accuracy={p}", *extra), curve=COMAS_CURVE,

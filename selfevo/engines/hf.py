@@ -325,7 +325,7 @@ class _Lane:
         joining = sorted(self.waiting[:free], key=lambda kr: -len(kr[1].prompt_ids))  # similar lengths together
         self.waiting, self.since_join = self.waiting[free:], 0
         rows = [r for _, r in joining]
-        first, copy = distinct_prompts(rows)  # rows of one prompt and adapter (a group's samples) prefill once
+        first, source = distinct_prompts(rows)  # rows of one prompt and adapter (a group's samples) prefill once
         ids, attn = (t.to(self.dev) for t in left_pad([rows[i].prompt_ids for i in first], self.tok.pad_token_id))
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         self.engine.counters["prefill_tokens"] += int(attn.sum())
@@ -339,9 +339,9 @@ class _Lane:
         mask = None if bool(attn.all()) else attn
         logits, cache = HFEngine._forward(self.net, ids, mask, pos, kvcache.growing_cache(self.net.config, reserve))
         if len(first) < len(rows):  # every row gets its prompt's cache, logits and mask (its own sampler)
-            copy = torch.tensor(copy, device=self.dev)
-            cache.batch_select_indices(copy)
-            logits, attn, pos = logits[copy], attn[copy], pos[copy]
+            sel = torch.tensor(source, device=self.dev)
+            cache.batch_select_indices(sel)
+            logits, attn, pos = logits[sel], attn[sel], pos[sel]
         temps = torch.tensor([r.request.sampling.temperature for r in rows])
         top_ps = torch.tensor([r.request.sampling.top_p for r in rows])
         pos = pos[:, -1:]
