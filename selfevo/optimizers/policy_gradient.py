@@ -11,7 +11,6 @@ from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import PolicyStore
 
 
-
 @OPTIMIZERS.register("reinforce_pp")
 def reinforce_pp(cfg: TrainerCfg) -> Optimizer:
     """REINFORCE++ (CoMAS Eq. 9-11): KL-penalised return, whitened over the agent's tokens — per group when
@@ -24,11 +23,7 @@ def reinforce_pp(cfg: TrainerCfg) -> Optimizer:
         beta = cfg.kl_coef if cfg.kl_in_reward else 0.0
         adv = reinforce_pp_advantages(samples.rewards, kl, batch.loss_mask, beta=beta, eps=WHITEN_EPS,
                                       group_ids=samples.groups)
-        stats = policy_step(store, agent, batch, adv, cfg, ref)
-        if kl is not None:  # folded into the reward (else policy_step reports the loss term's KL, or none: 0)
-            stats["kl"] = float(masked_mean(kl, batch.loss_mask))
-        stats.setdefault("kl", 0.0)
-        return stats
+        return _with_kl(policy_step(store, agent, batch, adv, cfg, ref), kl, batch.loss_mask)
 
     return update
 
@@ -45,11 +40,7 @@ def _sequence_advantage_update(cfg: TrainerCfg, default_groups) -> Optimizer:
         if kl is not None and cfg.kl_in_reward:
             rewards = rewards - cfg.kl_coef * kl.sum(-1)
         adv = task_relative_advantages(rewards, groups, eps=WHITEN_EPS)[:, None] * batch.loss_mask
-        stats = policy_step(store, agent, batch, adv, cfg, ref)
-        if kl is not None:  # folded into the reward (else policy_step reports the loss term's KL, or none: 0)
-            stats["kl"] = float(masked_mean(kl, batch.loss_mask))
-        stats.setdefault("kl", 0.0)
-        return stats
+        return _with_kl(policy_step(store, agent, batch, adv, cfg, ref), kl, batch.loss_mask)
 
     return update
 
@@ -66,6 +57,14 @@ def grpo(cfg: TrainerCfg) -> Optimizer:
     """GRPO: sequence advantages normalised within each group of completions of the same prompt
     (``samples.groups``, default: rows with identical prompt tokens), broadcast over tokens."""
     return _sequence_advantage_update(cfg, _prompt_groups)
+
+
+def _with_kl(stats: dict, kl, loss_mask) -> dict:
+    """``stats["kl"]``: the mean KL folded into the reward when there is one (else policy_step's loss-term KL, or 0)."""
+    if kl is not None:
+        stats["kl"] = float(masked_mean(kl, loss_mask))
+    stats.setdefault("kl", 0.0)
+    return stats
 
 
 def _prompt_groups(samples: Samples) -> list:
