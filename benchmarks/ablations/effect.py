@@ -82,14 +82,21 @@ def comas_judge(p: str, *extra: str, about: str) -> Row:
                about=about)
 
 
+# the setting at which a perfect judge teaches CoMAS (comas_judge_1.0_lr5e-4_role): the judge curve's other points
+LEARNS = ("trainer.lr=5e-4", "reward.normalise=agent_role")
+
 ROWS: dict[str, Row] = {
     "comas": Row("comas", curve=COMAS_CURVE, about="CoMAS, the agents' own scores (Eq. 7-8)"),
     **{f"comas_judge_{p}": comas_judge(p, about=f"CoMAS with a judge of accuracy {p} in the scorer's place")
        for p in ("1.0", "0.8", "0.65")},
     "comas_judge_1.0_lr5e-4": comas_judge("1.0", "trainer.lr=5e-4",
                                           about="CoMAS, a perfect judge, at GRPO's LoRA rate (5e-4)"),
-    "comas_judge_1.0_lr5e-4_role": comas_judge("1.0", "trainer.lr=5e-4", "reward.normalise=agent_role",
-                                               about="the same, advantages whitened per role (not across roles)"),
+    "comas_judge_1.0_lr5e-4_role": comas_judge("1.0", *LEARNS, about="the same, advantages whitened per role (not "
+                                                                      "across roles)"),
+    **{f"comas_judge_{p}_lr5e-4_role": comas_judge(p, *LEARNS, about=f"a judge of accuracy {p}, lr 5e-4, per-role "
+                                                                     f"whitening") for p in ("0.8", "0.65")},
+    "comas_lr5e-4_role": Row("comas", LEARNS, curve=COMAS_CURVE,
+                             about="CoMAS, the agents' own scores, lr 5e-4, per-role whitening"),
     "sage": Row("sage", about="SAGE, all four roles", **SAGE),
     "sage_64": Row("sage", ("trainer.max_steps=64",), about="SAGE to 64 steps", **SAGE),
     "sage_no_challenger": Row("sage", ("protocol.train_challenger=false",), about="no Challenger training", **SAGE),
