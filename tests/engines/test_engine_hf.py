@@ -181,11 +181,11 @@ class ChainSource:
             self.ready.append(key + 2)
 
 
-def mixed_requests(lengths):
+def mixed_requests(lengths, temperature=1.0):
     """Prompts of several lengths over two adapters and none, each sampled (seeded) to exactly ``lengths[i]``
     tokens at most: the messages and the requests."""
     msgs = [[{"role": "user", "content": "q " + "long words " * (i * 3 % 7)}] for i in range(len(lengths))]
-    reqs = [Request(["a0", "a1", None][i % 3], msgs[i], SamplingParams(max_new_tokens=n, temperature=1.0), seed=i)
+    reqs = [Request(["a0", "a1", None][i % 3], msgs[i], SamplingParams(max_new_tokens=n, temperature=temperature), seed=i)
             for i, n in enumerate(lengths)]
     return msgs, reqs
 
@@ -195,7 +195,9 @@ def test_rows_joining_mid_flight_get_what_they_would_alone(make_store, max_batch
     store = make_store(("a0", "a1"))
     randomize_adapters(store)
     lengths = [3, 9, 5, 14, 2, 7, 11, 4]
-    _, reqs = mixed_requests(lengths)
+    # temperature 0.3: still seeded sampling, but the tiny random model's near-uniform law at 1.0 let float noise of
+    # another batch composition move a draw across a token boundary (1 run in the quick subset's order)
+    _, reqs = mixed_requests(lengths, temperature=0.3)
     engine = HFEngine(store, max_batch=max_batch, join_every=join_every)
     source = ChainSource(reqs)
     engine.stream(source)
