@@ -185,8 +185,8 @@ def mixed_requests(lengths, temperature=1.0):
     """Prompts of several lengths over two adapters and none, each sampled (seeded) to exactly ``lengths[i]``
     tokens at most: the messages and the requests."""
     msgs = [[{"role": "user", "content": "q " + "long words " * (i * 3 % 7)}] for i in range(len(lengths))]
-    reqs = [Request(["a0", "a1", None][i % 3], msgs[i], SamplingParams(max_new_tokens=n, temperature=temperature), seed=i)
-            for i, n in enumerate(lengths)]
+    reqs = [Request(["a0", "a1", None][i % 3], msgs[i], SamplingParams(max_new_tokens=n, temperature=temperature),
+                    seed=i) for i, n in enumerate(lengths)]
     return msgs, reqs
 
 
