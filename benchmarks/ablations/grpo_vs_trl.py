@@ -17,7 +17,10 @@ The rows ``grpo`` and ``trl_grpo`` of ``effect.py`` do the work (train per seed,
 items, paired against the untrained model); this script runs them, then writes
 ``benchmarks/results/grpo_vs_trl.{json,md,png}``: per seed and seed-averaged accuracy, selfevo − TRL paired on the
 seed-averaged items, seconds per step, and the training curves of both (reward = verified accuracy, KL, answer
-length, seconds per step) on one figure. ``--trl-run DIR SEED`` (what the ``trl_grpo`` row runs) trains TRL once.
+length, seconds per step) on one figure. ``--trl-run DIR SEED`` (what the ``trl_grpo`` row runs) trains TRL once;
+it saves a Trainer checkpoint after every step in ``DIR/trainer`` (the previous one removed) and, started again,
+continues from the newest (weights, optimizer, RNG: the adapter a straight run gives, tested), as ``resume=true`` does
+for selfevo's run.
 """
 from __future__ import annotations
 
@@ -79,17 +82,31 @@ def trl_main(out: Path, seed: int, overrides: list[str]) -> None:
         epsilon=t.clip_eps, loss_type="dapo", scale_rewards="group", mask_truncated_completions=t.mask_truncated,
         num_iterations=t.epochs, max_grad_norm=t.max_grad_norm, adam_beta1=t.adam_beta1, adam_beta2=t.adam_beta2,
         weight_decay=t.weight_decay, shuffle_dataset=False, seed=seed, logging_steps=1, report_to="none",
-        save_strategy="no", use_cpu=True, bf16=False, dataloader_num_workers=0)
+        save_strategy="steps", save_steps=1, save_total_limit=1, use_cpu=True, bf16=False, dataloader_num_workers=0)
     if rows % t.micro_batch:
         raise SystemExit(f"tasks_per_step × prompt_reuse ({rows}) must be a multiple of micro_batch ({t.micro_batch})")
     model = models.load_model(cfg.model.backbones[0], dtype=cfg.model.dtype, attn_implementation="sdpa")
-    timer = StepTimer(out / "metrics.jsonl")
+    checkpoint = last_checkpoint(out / "trainer")
+    timer = StepTimer(out / "metrics.jsonl", done=checkpoint_step(checkpoint))
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=models.load_tokenizer(cfg.model.backbones[0]), callbacks=[timer],
                           peft_config=LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                                                  target_modules=lora.target_modules, task_type="CAUSAL_LM"))
-    trainer.train()
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     trainer.model.save_pretrained(str(out / "adapter"))
+
+
+def last_checkpoint(folder: Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` of a TRL run (saved after every step, the one before removed), or None.
+    A checkpoint is complete once the Trainer wrote its ``trainer_state.json``, which comes last."""
+    done = [d for d in folder.glob("checkpoint-*") if d.name.split("-")[-1].isdigit()
+            and (d / "trainer_state.json").exists()] if folder.is_dir() else []
+    return max(done, key=checkpoint_step, default=None)
+
+
+def checkpoint_step(checkpoint: Path | None) -> int:
+    """Optimizer steps a checkpoint holds (0 without one)."""
+    return int(checkpoint.name.split("-")[-1]) if checkpoint else 0
 
 
 def _trl_step_line(step: int, logs: dict, seconds: float) -> dict:
@@ -98,16 +115,19 @@ def _trl_step_line(step: int, logs: dict, seconds: float) -> dict:
             "length_by_role": {"solver": logs.get("completions/mean_length")}, "step_s": round(seconds, 2)}
 
 
-def StepTimer(path: Path):  # noqa: N802 - a TrainerCallback built lazily (transformers is imported by trl_main)
+def StepTimer(path: Path, done: int = 0):  # noqa: N802 - a TrainerCallback built lazily (trl_main imports transformers)
     """A callback that writes one line per optimizer step: TRL's logged reward, KL and length, and the step's wall
-    time (TRL generates inside the step)."""
+    time (TRL generates inside the step). A run resumed after ``done`` steps keeps the lines of those steps and drops
+    any later ones (written after the checkpoint it resumes from)."""
     from transformers import TrainerCallback
 
     class _Timer(TrainerCallback):
         def __init__(self):
             self.start, self.seconds = 0.0, 0.0
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("")
+            lines = path.read_text().splitlines() if done and path.exists() else []
+            kept = [x for x in lines if x.strip() and json.loads(x)["step"] < done]
+            path.write_text("".join(x + "\n" for x in kept))
 
         def on_step_begin(self, args, state, control, **kw):
             self.start = time.perf_counter()
