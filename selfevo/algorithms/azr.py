@@ -25,7 +25,7 @@ from selfevo.interaction import Episode, ask
 from selfevo.loop import Loop, Phase, RunCfg, TrainerCfg, Update, checkpoint
 from selfevo.loop.pool import ItemBuffers
 from selfevo.rewards import REWARD_SOURCES
-from selfevo.roles.azr import KINDS, Proposer, Solver
+from selfevo.roles.azr import KINDS, AZRProposer, AZRSolver
 from selfevo.types import Task
 from selfevo.verifiers.azr import BANNED, IDENTITY, IDENTITY_INDUCTION, solve_task, validate_proposal
 
@@ -72,8 +72,8 @@ class Roles:
 
     @classmethod
     def build(cls, p: AzrProtocolCfg) -> "Roles":
-        return cls({k: Proposer(task_kind=k, open_block=p.open_blocks, banned=tuple(p.banned)) for k in KINDS},
-                   {k: Solver(task_kind=k, open_block=p.open_blocks) for k in KINDS})
+        return cls({k: AZRProposer(task_kind=k, open_block=p.open_blocks, banned=tuple(p.banned)) for k in KINDS},
+                   {k: AZRSolver(task_kind=k, open_block=p.open_blocks) for k in KINDS})
 
 
 def propose_program(roles: Roles, p: AzrProtocolCfg):

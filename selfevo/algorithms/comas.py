@@ -50,7 +50,7 @@ class ProtocolCfg:
 
 
 @dataclass
-class RewardCfg:
+class CoMASRewardCfg:
     on_parse_failure: str = opt("mask", "unparsable score: mask solver/evaluator samples, or 0 (released code)",
                                 choices=("mask", "zero"))
     normalise: str = opt("agent", "advantage whitening per agent (Eq. 10) or per agent and role",
@@ -77,7 +77,7 @@ class Config(RunCfg):
     output_dir: str = opt("runs/comas", "run directory", nonempty=True)
     sampling: SamplingCfg = opt(SamplingCfg(max_new_tokens=256, temperature=1.0), "sampling of every generation")
     protocol: ProtocolCfg = opt(ProtocolCfg, "the discussion")
-    reward: RewardCfg = opt(RewardCfg, "reward settings")
+    reward: CoMASRewardCfg = opt(CoMASRewardCfg, "reward settings")
     data: ComasDataCfg = opt(ComasDataCfg, "training tasks (default: the CoMAS mix)")
 
     @staticmethod

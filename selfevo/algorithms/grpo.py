@@ -23,7 +23,7 @@ from selfevo.tasks import format_prompt
 
 
 @dataclass
-class RewardCfg:
+class GRPORewardCfg:
     sources: list[str] = opt(["verifier"], "reward sources summed per answer (name or name:weight)", nonempty=True)
 
 
@@ -33,7 +33,7 @@ class Config(RunCfg):
     output_dir: str = opt("runs/grpo", "run directory", nonempty=True)
     agents: int = opt(1, "number of agents (each answers every task; one adapter each)", ge=1)
     trainer: TrainerCfg = opt(TrainerCfg(optimizer="grpo", prompt_reuse=4), "schedule, optimizer, update")
-    reward: RewardCfg = opt(RewardCfg, "what scores an answer")
+    reward: GRPORewardCfg = opt(GRPORewardCfg, "what scores an answer")
     data: DataCfg = opt(DataCfg(tasks=["gsm8k:train"], limit=500), "training tasks")
 
 

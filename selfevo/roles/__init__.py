@@ -22,9 +22,10 @@ from selfevo.roles.base import (
     load_template, register_role, render_discussion, strip_special_tokens,
 )
 from selfevo.roles.comas import (  # importing registers the CoMAS roles
-    Evaluator, Judge, Scorer, Solver, VerdictEvaluator, comas_roles, parse_score_result, parse_verdict,
-    parse_verdict_result,
+    CoMASEvaluator, CoMASJudge, CoMASScorer, CoMASSolver, CoMASVerdictEvaluator, comas_roles, parse_score_result,
+    parse_verdict, parse_verdict_result,
 )
+from selfevo.roles.generic import Challenger, Critic, Planner, Selector, Solver
 
 
 def get_role(name: str, **options: Any) -> Role:
@@ -33,8 +34,10 @@ def get_role(name: str, **options: Any) -> Role:
 
 
 __all__ = [
-    "ROLES", "ROLE_KINDS", "Role", "RoleError", "Context", "register_role", "Parsed", "HistoryItem", "EMPTY_DISCUSSION", "get_role",
+    "ROLES", "ROLE_KINDS", "Role", "RoleError", "Context", "register_role", "Parsed", "HistoryItem", "EMPTY_DISCUSSION",
+    "get_role",
     "group_rounds", "last_rounds", "render_discussion", "load_template", "strip_special_tokens",
-    "Solver", "Evaluator", "Scorer", "Judge", "VerdictEvaluator", "comas_roles",
+    "Solver", "Challenger", "Planner", "Critic", "Selector",
+    "CoMASSolver", "CoMASEvaluator", "CoMASScorer", "CoMASJudge", "CoMASVerdictEvaluator", "comas_roles",
     "parse_score_result", "parse_verdict", "parse_verdict_result",
 ]

@@ -73,7 +73,7 @@ class _KindRole(Role):
 
 @register_role
 @dataclass
-class Proposer(_KindRole):
+class AZRProposer(_KindRole):
     """Proposes a task of its kind from the references in ``task.meta["azr"]`` (see the module doc)."""
 
     banned: tuple[str, ...] = ()
@@ -105,7 +105,7 @@ class Proposer(_KindRole):
 
 @register_role
 @dataclass
-class Solver(_KindRole):
+class AZRSolver(_KindRole):
     """Solves a task of its kind (the triplet in ``task.meta["azr"]``); the value is its answer block's text."""
 
     name: ClassVar[str] = "azr.solver"
@@ -127,4 +127,4 @@ class Solver(_KindRole):
         return Parsed.success(blocks[-1].strip() if self.task_kind != "induction" else blocks[-1].rstrip())
 
 
-__all__ = ["KINDS", "PROPOSE_BLOCK", "Proposer", "Solver", "azr_meta", "show_pairs", "show_triplet"]
+__all__ = ["KINDS", "PROPOSE_BLOCK", "AZRProposer", "AZRSolver", "azr_meta", "show_pairs", "show_triplet"]

@@ -2,8 +2,8 @@
 
 Interaction patterns (Sec. 3.1): solution ``s_i = u_k(q, h_q)`` (Eq. 3), evaluation ``e_ij = u_k(q, h_q, s_i)``
 (Eq. 4), scoring ``tau_ij = u_k(q, s_i, e_ij)`` (Eq. 5); the history ``h_q`` is cut to the last κ rounds.
-Ablations (Sec. 4.3.1, App. J): *without evaluation* (:class:`Judge`) and *without scoring*
-(:class:`VerdictEvaluator`; its rewards are :func:`selfevo.rewards.formulas.support_ratio` and
+Ablations (Sec. 4.3.1, App. J): *without evaluation* (:class:`CoMASJudge`) and *without scoring*
+(:class:`CoMASVerdictEvaluator`; its rewards are :func:`selfevo.rewards.formulas.support_ratio` and
 :func:`~selfevo.rewards.formulas.verdict_agreement`).
 
 Templates (files in ``selfevo/roles/templates``), two sets:
@@ -16,8 +16,8 @@ Templates (files in ``selfevo/roles/templates``), two sets:
 Where the two sets differ, and what was ambiguous:
 
 1. Evaluator: the paper's template shows the discussion (``{discussion}``, as Eq. 4 says); the released one does
-   not. ``Evaluator(see_history=...)`` defaults to the set's behaviour; ``see_history=False`` on the paper set drops
-   the discussion paragraph; ``see_history=True`` on the released set is an error (that template has no slot).
+   not. ``CoMASEvaluator(see_history=...)`` defaults to the set's behaviour; ``see_history=False`` on the paper set
+   drops the discussion paragraph; ``see_history=True`` on the released set is an error (that template has no slot).
 2. Scorer: the paper says "Keep your decision concise", the released code "Keep your scoring concise". The paper's
    PDF layout puts "For example:" and the example sentence on one line after the format paragraph; the released
    code has a blank line, "For example:" alone, then the sentence. In both sets ``<score>1</score>`` is on its own
@@ -30,9 +30,9 @@ Where the two sets differ, and what was ambiguous:
 5. A "round" for κ is one solution plus its evaluations (paper Sec. 3.1). The released protocol instead passes a
    random sample of ``num_references`` discussions of the previous round as ``history``; with κ >= that number
    the role renders all of them.
-6. The ablation prompts are not printed in the paper. :class:`Judge` (w/o evaluation) adapts the scoring prompt to
+6. The ablation prompts are not printed in the paper. :class:`CoMASJudge` (w/o evaluation) adapts the scoring prompt to
    judge the solution alone on the same 1-3 scale (App. J shows such a judge ending in ``<score>1</score>``).
-   :class:`VerdictEvaluator` (w/o scoring) appends a verdict request to the evaluation prompt; App. J shows
+   :class:`CoMASVerdictEvaluator` (w/o scoring) appends a verdict request to the evaluation prompt; App. J shows
    evaluations ending in ``<judgment>correct</judgment>``, so the verdict is ``correct`` / ``incorrect`` in a
    ``<judgment>`` tag. Both ablation templates are used with either template set.
 
@@ -57,7 +57,7 @@ from selfevo.types import Task
 
 __all__ = [
     "DOMAINS", "DOMAIN_ALIASES", "TEMPLATE_SETS", "VARIANTS", "comas_domain",
-    "Solver", "Evaluator", "Scorer", "Judge", "VerdictEvaluator", "comas_roles",
+    "CoMASSolver", "CoMASEvaluator", "CoMASScorer", "CoMASJudge", "CoMASVerdictEvaluator", "comas_roles",
     "parse_score_result", "parse_verdict", "parse_verdict_result",
 ]
 
@@ -165,7 +165,7 @@ class _CoMASRole(Role):
 
 @register_role
 @dataclass
-class Solver(_CoMASRole):
+class CoMASSolver(_CoMASRole):
     """Solution step (Eq. 3): sees the question and the last ``kappa`` rounds of the discussion history."""
 
     kappa: int | None = 2
@@ -185,7 +185,7 @@ class Solver(_CoMASRole):
 
 @register_role
 @dataclass
-class Evaluator(_CoMASRole):
+class CoMASEvaluator(_CoMASRole):
     """Evaluation step (Eq. 4): sees the question, the solution under evaluation and (``see_history``) the last
     ``kappa`` rounds of history. ``see_history=None`` follows the template set: paper True, released False."""
 
@@ -222,7 +222,7 @@ class Evaluator(_CoMASRole):
 
 @register_role
 @dataclass
-class Scorer(_CoMASRole):
+class CoMASScorer(_CoMASRole):
     """Scoring step (Eq. 5): sees ONLY the question, the solution and the evaluation (no discussion history)."""
 
     name: ClassVar[str] = "comas.scorer"
@@ -241,7 +241,7 @@ class Scorer(_CoMASRole):
 
 @register_role
 @dataclass
-class Judge(_CoMASRole):
+class CoMASJudge(_CoMASRole):
     """Ablation *without evaluation* (Sec. 4.3.1, App. J): an agent scores the solution directly from the question
     and the solution alone (no evaluation, no history) on the 1-3 scale. Reward use as in the full method
     (solution ``(tau-1)/2``, judge 0 or -1 for format). ``template_set`` does not change its template."""
@@ -256,13 +256,13 @@ class Judge(_CoMASRole):
         return chat(text, self.system_prompt)
 
     def read(self, text: str, ctx: Context) -> Parsed:
-        """The score 1/2/3 from the last ``<score>`` tag, exactly as :meth:`Scorer.parse`."""
+        """The score 1/2/3 from the last ``<score>`` tag, exactly as :meth:`CoMASScorer.parse`."""
         return parse_score_result(text)
 
 
 @register_role
 @dataclass
-class VerdictEvaluator(Evaluator):
+class CoMASVerdictEvaluator(CoMASEvaluator):
     """Ablation *without scoring* (Sec. 4.3.1, App. J): the evaluation prompt plus a request to end with a verdict
     ``<judgment>correct</judgment>`` or ``<judgment>incorrect</judgment>``. The parsed verdict (True = the
     evaluation supports the solution) feeds :func:`support_ratio` (solution reward) and :func:`verdict_agreement`
@@ -279,15 +279,15 @@ class VerdictEvaluator(Evaluator):
 
 
 _VARIANT_ROLES: dict[str, dict[str, type[_CoMASRole]]] = {
-    "full": {"solver": Solver, "evaluator": Evaluator, "scorer": Scorer},
-    "without_evaluation": {"solver": Solver, "judge": Judge},
-    "without_scoring": {"solver": Solver, "evaluator": VerdictEvaluator},
+    "full": {"solver": CoMASSolver, "evaluator": CoMASEvaluator, "scorer": CoMASScorer},
+    "without_evaluation": {"solver": CoMASSolver, "judge": CoMASJudge},
+    "without_scoring": {"solver": CoMASSolver, "evaluator": CoMASVerdictEvaluator},
 }
 
 
 def comas_roles(variant: str = "full", **options: Any) -> dict[str, _CoMASRole]:
     """The roles of one CoMAS variant, keyed by step: full = solver/evaluator/scorer; ``without_evaluation`` =
-    solver/judge; ``without_scoring`` = solver/evaluator (a :class:`VerdictEvaluator`).
+    solver/judge; ``without_scoring`` = solver/evaluator (a :class:`CoMASVerdictEvaluator`).
 
     Each option goes to every role that has a field of that name (``kappa`` to solver and evaluator, ``see_history``
     to the evaluator, ``template_set``/``sanitize``/... to all); an option no role has is an error.

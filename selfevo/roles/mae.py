@@ -39,7 +39,7 @@ def _clean(text: str | None) -> str:
 
 @register_role
 @dataclass
-class Proposer(Role):
+class MAEProposer(Role):
     """Writes a new question in ``<question>``, from a ``reference`` item or (None) from scratch."""
 
     name: ClassVar[str] = "mae.proposer"
@@ -62,7 +62,7 @@ class Proposer(Role):
 
 @register_role
 @dataclass
-class Solver(Role):
+class MAESolver(Role):
     """Answers the task, the final answer in ``<answer>``; the value is the whole answer text."""
 
     name: ClassVar[str] = "mae.solver"
@@ -81,7 +81,7 @@ class Solver(Role):
 
 @register_role
 @dataclass
-class Judge(Role):
+class MAEJudge(Role):
     """Scores the task's question (``subject="question"``, the default) or the answer in ``solution``
     (``subject="answer"``) from 1 to 10; the value is the integer in the last ``<score>`` tag."""
 
@@ -100,4 +100,4 @@ class Judge(Role):
         return scale_score(strip_special_tokens(text or ""))
 
 
-__all__ = ["FORMAT_TAGS", "Judge", "Proposer", "Solver"]
+__all__ = ["FORMAT_TAGS", "MAEJudge", "MAEProposer", "MAESolver"]

@@ -106,7 +106,7 @@ def _gen_id(question: str) -> str:
 
 @register_role
 @dataclass
-class Challenger(Role):
+class SageChallenger(Role):
     """Writes a new question and its verifier from a ``reference`` item (the task itself when none is given);
     parses into a new :class:`Task` of the reference's domain (the module docstring says how)."""
 
@@ -164,7 +164,7 @@ class Challenger(Role):
 
 @register_role
 @dataclass
-class Planner(Role):
+class SagePlanner(Role):
     """Writes a step-by-step plan for the task (not the answer) in ``<plan>`` tags; the value is the plan text."""
 
     name: ClassVar[str] = "sage.planner"
@@ -181,7 +181,7 @@ class Planner(Role):
 
 @register_role
 @dataclass
-class Solver(Role):
+class SageSolver(Role):
     """Answers the task, following ``plan`` when given (a plan under the Critic's gate is simply not passed);
     the value is the whole answer text, for :func:`selfevo.verifiers.verify`."""
 
@@ -206,7 +206,7 @@ EMPTY_PLAN = "(empty plan)"  # shown to the critic when the planner wrote nothin
 
 @register_role
 @dataclass
-class Critic(Role):
+class SageCritic(Role):
     """Scores the task's question (``subject="question"`` or None) or a ``plan`` for it (``subject="plan"``) from 1
     to 10; the value is the integer in the last ``<score>`` tag (``7``, ``7.0`` and ``7/10`` read as 7). An empty or
     missing plan is shown as ``(empty plan)``, so a run never stops on a planner that wrote nothing."""
@@ -231,12 +231,12 @@ class Critic(Role):
 def sage_roles(**options) -> dict[str, Role]:
     """The four SAGE roles by kind (``options`` maps a kind to that role's keyword options, e.g.
     ``critic={"prefix": "<score>"}``)."""
-    classes = {"challenger": Challenger, "planner": Planner, "solver": Solver, "critic": Critic}
+    classes = {"challenger": SageChallenger, "planner": SagePlanner, "solver": SageSolver, "critic": SageCritic}
     unknown = sorted(set(options) - set(classes))
     if unknown:
         raise RoleError(f"sage_roles: unknown kind(s) {unknown}; kinds: {', '.join(classes)}")
     return {kind: cls(**options.get(kind, {})) for kind, cls in classes.items()}
 
 
-__all__ = ["Challenger", "Critic", "DOMAINS", "FORMAT_TAGS", "Planner", "Solver", "code_question", "domain_of",
-           "format_tags", "sage_roles", "statement"]
+__all__ = ["DOMAINS", "FORMAT_TAGS", "SageChallenger", "SageCritic", "SagePlanner", "SageSolver", "code_question",
+           "domain_of", "format_tags", "sage_roles", "statement"]

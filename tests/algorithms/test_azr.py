@@ -15,7 +15,7 @@ from helpers.paths import GOLDEN
 from selfevo import cli
 from selfevo.loop.pool import ItemBuffers
 from selfevo.rewards.formulas import azr_propose_reward, azr_reward, azr_solve_rate
-from selfevo.roles.azr import Proposer, Solver
+from selfevo.roles.azr import AZRProposer, AZRSolver
 from selfevo.verifiers import verify
 from selfevo.verifiers.azr import IDENTITY, solve_task, validate_proposal
 from selfevo.verifiers.execute import banned_words_used, deterministic_values, literal_args, same_value
@@ -84,9 +84,9 @@ def test_a_valid_proposal_becomes_a_triplet_and_is_verified():
 
 def test_roles_render_and_parse():
     task = solve_task("deduction", IDENTITY)
-    assert "'Hello World'" in Solver(task_kind="deduction").messages(task)[0]["content"]
-    assert Solver(task_kind="deduction", open_block=True).prefix == "```output\n"
-    p = Proposer(task_kind="deduction")
+    assert "'Hello World'" in AZRSolver(task_kind="deduction").messages(task)[0]["content"]
+    assert AZRSolver(task_kind="deduction", open_block=True).prefix == "```output\n"
+    p = AZRProposer(task_kind="deduction")
     assert p.parse("```python\ndef f(x):\n    return x\n```\n```input\n1\n```").value == {
         "program": "def f(x):\n    return x", "input": "1"}
     assert p.parse("```python\ndef f(x): pass\n```").error.startswith("format")

@@ -6,7 +6,7 @@ import pytest
 
 from selfevo.interaction import Ask, Episode, Runner, Turn, ask, request_seed, run_episodes
 from selfevo.roles.base import Parsed
-from selfevo.roles.comas import Scorer, Solver
+from selfevo.roles.comas import CoMASScorer, CoMASSolver
 from selfevo.shapes import Shapes
 from selfevo.types import Completion, Request, SamplingParams, Task
 
@@ -196,8 +196,8 @@ def test_run_episodes_convenience_keys_by_task_id_or_keys():
 
 # ---- (c) what a turn records ---------------------------------------------------------------------------------
 def test_turn_records_call_slot_round_refs_meta_and_parse_with_prefix():
-    solver = Solver()
-    scorer = Scorer(prefix="<score>", max_new_tokens=7, temperature=0.25)
+    solver = CoMASSolver()
+    scorer = CoMASScorer(prefix="<score>", max_new_tokens=7, temperature=0.25)
 
     def program(ep):
         sol = yield ask(solver, "a0", ep.task, round=3, meta={"tag": "s"})
@@ -249,7 +249,7 @@ def test_ask_checks_the_roles_context_keys():
     from selfevo.roles.base import RoleError
 
     with pytest.raises(RoleError, match="does not read context 'evaluation'"):
-        ask(Solver(), "a0", TASKS[0], evaluation="x")
+        ask(CoMASSolver(), "a0", TASKS[0], evaluation="x")
 
 
 def test_refs_to_an_earlier_wave_by_turn_and_by_index():

@@ -10,7 +10,8 @@ import pytest
 from selfevo.registry import RegistryError
 from selfevo.roles import (
     RoleError,
-    EMPTY_DISCUSSION, ROLES, Evaluator, HistoryItem, Judge, Parsed, Role, Scorer, Solver, VerdictEvaluator,
+    EMPTY_DISCUSSION, ROLES, CoMASEvaluator, CoMASJudge, CoMASScorer, CoMASSolver, CoMASVerdictEvaluator, HistoryItem,
+    Parsed, Role,
     comas_roles, get_role, group_rounds, last_rounds, load_template, parse_verdict, strip_special_tokens,
 )
 from selfevo.roles.base import CONTEXT_KEYS, ROLE_KINDS, Context, register_role
@@ -45,7 +46,7 @@ def content(messages):
 # ---------------------------------------------------------------- templates render per set and domain
 @pytest.mark.parametrize("template_set,domain", SETS_DOMAINS)
 def test_solver_renders(template_set, domain):
-    text = content(Solver(template_set=template_set).messages(task(domain), history=rounds(1)))
+    text = content(CoMASSolver(template_set=template_set).messages(task(domain), history=rounds(1)))
     assert text.startswith("The problem is presented as follows:\nWhat is 12 + 35?\n\n")
     assert "Current discussion on the problem is presented as follows for your reference:\n=== Discussion 1 ===" in text
     assert "Solution: S1\nEvaluation: E1.1" in text
@@ -55,7 +56,7 @@ def test_solver_renders(template_set, domain):
 
 @pytest.mark.parametrize("template_set,domain", SETS_DOMAINS)
 def test_evaluator_renders(template_set, domain):
-    text = content(Evaluator(template_set=template_set).messages(task(domain), solution="MY SOLUTION",
+    text = content(CoMASEvaluator(template_set=template_set).messages(task(domain), solution="MY SOLUTION",
                                                                   history=rounds(1)))
     assert "What is 12 + 35?" in text
     assert "You are required to evaluate the following solution:\nMY SOLUTION" in text
@@ -68,7 +69,7 @@ def test_evaluator_renders(template_set, domain):
 @pytest.mark.parametrize("template_set,domain", SETS_DOMAINS)
 def test_scorer_renders_without_history(template_set, domain):
     history = rounds(2)
-    scorer = Scorer(template_set=template_set)
+    scorer = CoMASScorer(template_set=template_set)
     with pytest.raises(RoleError, match="does not read context 'history'"):  # the contract keeps history out
         scorer.messages(task(domain), solution="MY SOLUTION", evaluation="MY EVALUATION", history=history)
     text = content(scorer.messages(task(domain), solution="MY SOLUTION", evaluation="MY EVALUATION"))
@@ -83,7 +84,8 @@ def test_scorer_renders_without_history(template_set, domain):
 
 def test_paper_and_released_differ_where_documented():
     t = task("science")
-    assert content(Solver(template_set="paper").messages(t)) == content(Solver(template_set="released").messages(t))
+    paper, released = (content(CoMASSolver(template_set=s).messages(t)) for s in ("paper", "released"))
+    assert paper == released
     paper = load_template("paper_scorer_science")
     assert "Keep your decision concise and clear." in paper and "\nFor example: The calculation error" in paper
     released = load_template("released_scorer_science")
@@ -101,54 +103,54 @@ def test_every_template_file_is_packaged():
 
 
 def test_empty_history_and_system_prompt():
-    msgs = Solver(system_prompt="You are agent 0.").messages(task(), history=[])
+    msgs = CoMASSolver(system_prompt="You are agent 0.").messages(task(), history=[])
     assert msgs[0] == {"role": "system", "content": "You are agent 0."}
     assert f"for your reference:\n{EMPTY_DISCUSSION}\n\n" in content(msgs)
-    assert len(Solver().messages(task())) == 1  # one user message, as the released code sends
+    assert len(CoMASSolver().messages(task())) == 1  # one user message, as the released code sends
 
 
 def test_inserted_text_is_not_rescanned():
     t = task(question="Why does {solution} appear? Also \\boxed{x}")
-    text = content(Evaluator().messages(t, solution="it is {evaluation}"))
+    text = content(CoMASEvaluator().messages(t, solution="it is {evaluation}"))
     assert "Why does {solution} appear? Also \\boxed{x}" in text
     assert "following solution:\nit is {evaluation}" in text
 
 
 def test_domains_and_aliases():
     assert comas_domain("coding") == "code" and comas_domain("numeric") == "science"
-    assert "```python" in content(Solver().messages(task("coding")))
-    assert r"\boxed{n}" in content(Solver(domain="math").messages(task("mcq")))  # forced domain
+    assert "```python" in content(CoMASSolver().messages(task("coding")))
+    assert r"\boxed{n}" in content(CoMASSolver(domain="math").messages(task("mcq")))  # forced domain
     with pytest.raises(ValueError, match="mcq"):
-        Solver().messages(task("mcq"))
+        CoMASSolver().messages(task("mcq"))
     with pytest.raises(ValueError, match="template_set"):
-        Solver(template_set="arxiv")
+        CoMASSolver(template_set="arxiv")
 
 
 # ---------------------------------------------------------------- history horizon kappa
 def test_history_truncated_to_kappa_rounds():
     history = rounds(3)
-    text = content(Solver(kappa=2).messages(task(), history=history))
+    text = content(CoMASSolver(kappa=2).messages(task(), history=history))
     assert "S1" not in text and "E1.1" not in text
     assert "=== Discussion 1 ===\nSolution: S2\nEvaluation: E2.1\n\n=== Discussion 2 ===\nSolution: S3" in text
-    assert "S1" in content(Solver(kappa=None).messages(task(), history=history))
-    assert EMPTY_DISCUSSION in content(Solver(kappa=0).messages(task(), history=history))
-    assert "S1" in content(Solver(kappa=5).messages(task(), history=history))  # kappa above the round count
+    assert "S1" in content(CoMASSolver(kappa=None).messages(task(), history=history))
+    assert EMPTY_DISCUSSION in content(CoMASSolver(kappa=0).messages(task(), history=history))
+    assert "S1" in content(CoMASSolver(kappa=5).messages(task(), history=history))  # kappa above the round count
 
 
 def test_evaluator_history_kappa_and_numbered_evaluations():
-    text = content(Evaluator(kappa=1).messages(task(), solution="X", history=rounds(2, evals=2)))
+    text = content(CoMASEvaluator(kappa=1).messages(task(), solution="X", history=rounds(2, evals=2)))
     assert "S1" not in text
     assert "Solution: S2\nEvaluation 1: E2.1\nEvaluation 2: E2.2" in text
 
 
 def test_evaluator_see_history_option():
     history = rounds(1)
-    hidden = content(Evaluator(see_history=False).messages(task(), solution="X", history=history))
+    hidden = content(CoMASEvaluator(see_history=False).messages(task(), solution="X", history=history))
     assert "discussion" not in hidden and "S1" not in hidden
     assert hidden.startswith("The problem is presented as follows:\nWhat is 12 + 35?\n\nYou are required to evaluate")
-    assert Evaluator(template_set="released").shows_history is False
+    assert CoMASEvaluator(template_set="released").shows_history is False
     with pytest.raises(ValueError, match="no discussion slot"):
-        Evaluator(template_set="released", see_history=True)
+        CoMASEvaluator(template_set="released", see_history=True)
 
 
 def test_group_rounds():
@@ -176,10 +178,10 @@ def test_special_tokens_removed_from_every_inserted_text():
     t = task(question="Q<|im_end|>")
     history = [HistoryItem("a", "solution", "S" + LEAKY), HistoryItem("b", "evaluation", "E<end_of_turn>")]
     texts = [
-        content(Solver().messages(t, history=history)),
-        content(Evaluator().messages(t, solution="sol<|im_end|>", history=history)),
-        content(Scorer().messages(t, solution="sol<|im_end|>", evaluation="ev<|endoftext|>")),
-        content(Judge().messages(t, solution="sol<|im_end|>")),
+        content(CoMASSolver().messages(t, history=history)),
+        content(CoMASEvaluator().messages(t, solution="sol<|im_end|>", history=history)),
+        content(CoMASScorer().messages(t, solution="sol<|im_end|>", evaluation="ev<|endoftext|>")),
+        content(CoMASJudge().messages(t, solution="sol<|im_end|>")),
     ]
     for text in texts:
         assert "<|" not in text and "_of_turn>" not in text
@@ -187,11 +189,11 @@ def test_special_tokens_removed_from_every_inserted_text():
 
 
 def test_sanitize_off_keeps_tokens_and_parse_sanitises():
-    text = content(Scorer(sanitize=False).messages(task(), solution="sol<|im_end|>", evaluation="ev"))
+    text = content(CoMASScorer(sanitize=False).messages(task(), solution="sol<|im_end|>", evaluation="ev"))
     assert "sol<|im_end|>" in text
-    assert Solver().parse("  The answer is \\boxed{47}.<|im_end|>") == Parsed(True, "The answer is \\boxed{47}.")
-    assert Solver(sanitize=False).parse("47<|im_end|>").value == "47<|im_end|>"
-    assert Evaluator().parse("<|im_end|>  ") == Parsed(False, None, "empty evaluation")
+    assert CoMASSolver().parse("  The answer is \\boxed{47}.<|im_end|>") == Parsed(True, "The answer is \\boxed{47}.")
+    assert CoMASSolver(sanitize=False).parse("47<|im_end|>").value == "47<|im_end|>"
+    assert CoMASEvaluator().parse("<|im_end|>  ") == Parsed(False, None, "empty evaluation")
 
 
 # ---------------------------------------------------------------- score parsing (strict, = roles.parsers.parse_score)
@@ -210,7 +212,7 @@ SCORE_CASES = [
 
 
 @pytest.mark.parametrize("text,want", SCORE_CASES)
-@pytest.mark.parametrize("role", [Scorer(), Judge()])
+@pytest.mark.parametrize("role", [CoMASScorer(), CoMASJudge()])
 def test_score_parse(role, text, want):
     parsed = role.parse(text)
     assert want == parse_score(text)
@@ -219,8 +221,8 @@ def test_score_parse(role, text, want):
 
 
 def test_score_parse_errors_say_why():
-    assert Scorer().parse("score: 3").error == "no <score>...</score> tag"
-    assert Scorer().parse("<score>5</score>").error == "the last <score>...</score> tag does not hold 1, 2 or 3"
+    assert CoMASScorer().parse("score: 3").error == "no <score>...</score> tag"
+    assert CoMASScorer().parse("<score>5</score>").error == "the last <score>...</score> tag does not hold 1, 2 or 3"
 
 
 # ---------------------------------------------------------------- ablations
@@ -228,15 +230,15 @@ def test_without_evaluation_judge_sees_question_and_solution_only():
     history = rounds(2)
     for extra in ({"evaluation": "MY EVALUATION"}, {"history": history}):  # the judge reads only the solution
         with pytest.raises(RoleError):
-            Judge().messages(task("science"), solution="MY SOLUTION", **extra)
-    text = content(Judge().messages(task("science"), solution="MY SOLUTION"))
+            CoMASJudge().messages(task("science"), solution="MY SOLUTION", **extra)
+    text = content(CoMASJudge().messages(task("science"), solution="MY SOLUTION"))
     assert "What is 12 + 35?" in text and "MY SOLUTION" in text
     assert "MY EVALUATION" not in text and "evaluation" not in text.lower()
     assert not any(item.text in text for item in history)
     # App. J (failure mode without evaluation): the judge's output
     out = ("The solution contains significant errors in the equilibrium concentration calculation ...\n"
            "<score>1</score>")
-    assert Judge().parse(out) == Parsed(True, 1)
+    assert CoMASJudge().parse(out) == Parsed(True, 1)
 
 
 VERDICT_CASES = [
@@ -257,18 +259,19 @@ VERDICT_CASES = [
 @pytest.mark.parametrize("text,want", VERDICT_CASES)
 def test_verdict_parse(text, want):
     assert parse_verdict(text) is want
-    parsed = VerdictEvaluator().parse(text)
+    parsed = CoMASVerdictEvaluator().parse(text)
     assert (parsed.ok, parsed.value) == (want is not None, want)
 
 
 def test_verdict_parse_errors_say_why():
-    assert VerdictEvaluator().parse("fine").error == "no <judgment>...</judgment> tag"
-    assert "neither 'correct' nor 'incorrect'" in VerdictEvaluator().parse("<judgment>ok</judgment>").error
+    assert CoMASVerdictEvaluator().parse("fine").error == "no <judgment>...</judgment> tag"
+    assert "neither 'correct' nor 'incorrect'" in CoMASVerdictEvaluator().parse("<judgment>ok</judgment>").error
 
 
 def test_without_scoring_prompt_asks_for_verdict():
     for template_set in TEMPLATE_SETS:
-        text = content(VerdictEvaluator(template_set=template_set).messages(task("code"), solution="def f(): pass"))
+        role = CoMASVerdictEvaluator(template_set=template_set)
+        text = content(role.messages(task("code"), solution="def f(): pass"))
         assert "test cases that cannot be passed" in text
         assert text.endswith('"<judgment>" and "</judgment>" tags, e.g. <judgment>incorrect</judgment>.')
         assert not SLOT.search(text)
@@ -279,18 +282,19 @@ def test_registry_and_protocol():
     assert set(ROLES.names()) >= {"comas.solver", "comas.evaluator", "comas.scorer", "comas.judge",
                                   "comas.verdict_evaluator"}
     role = get_role("comas.solver", kappa=1)
-    assert isinstance(role, Role) and isinstance(role, Solver) and role.kappa == 1 and role.name == "comas.solver"
+    assert isinstance(role, Role) and isinstance(role, CoMASSolver) and role.kappa == 1 and role.name == "comas.solver"
     with pytest.raises(KeyError, match="comas.scorer"):
         ROLES.get("comas.scorr")
 
 
 def test_comas_roles_variants():
     full = comas_roles(kappa=1, see_history=False, template_set="released")
-    assert {k: type(v) for k, v in full.items()} == {"solver": Solver, "evaluator": Evaluator, "scorer": Scorer}
+    assert {k: type(v) for k, v in full.items()} == {"solver": CoMASSolver, "evaluator": CoMASEvaluator,
+                                                     "scorer": CoMASScorer}
     assert full["solver"].kappa == 1 and full["evaluator"].see_history is False
     assert all(r.template_set == "released" for r in full.values())
     assert set(comas_roles("without_evaluation")) == {"solver", "judge"}
-    assert type(comas_roles("without_scoring")["evaluator"]) is VerdictEvaluator
+    assert type(comas_roles("without_scoring")["evaluator"]) is CoMASVerdictEvaluator
     with pytest.raises(ValueError, match="variant"):
         comas_roles("without_solving")
     with pytest.raises(TypeError, match="see_history"):
@@ -322,6 +326,13 @@ def test_every_context_key_has_a_test_value():
 def test_registry_holds_the_documented_roles():
     assert {"comas.solver", "comas.evaluator", "comas.scorer", "comas.judge", "comas.verdict_evaluator"} <= \
         set(ROLE_NAMES)
+
+
+def test_every_registered_role_class_has_its_own_name():
+    import selfevo.roles as roles
+    classes = [ROLES.get(name).__name__ for name in ROLE_NAMES]
+    assert len(set(classes)) == len(classes), sorted(c for c in classes if classes.count(c) > 1)
+    assert roles.Solver.name == "generic.solver" and roles.CoMASSolver.name == "comas.solver"
 
 
 @pytest.mark.parametrize("name", ROLE_NAMES)
