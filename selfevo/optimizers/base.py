@@ -154,7 +154,9 @@ def _clipped_step(store: PolicyStore, agent: str, batch: SeqBatch, cfg: TrainerC
             total = total + cfg.kl_coef * kl
         return total
 
-    stats = store.step(agent, batch, loss_fn)
+    live = gradient_rows(batch)
+    stats = store.step(agent, live, loss_fn)
+    stats["rows_left_out"] = batch.input_ids.shape[0] - (live.input_ids.shape[0] if live is not None else 0)
     clipped, kl_rollout, kl_ref = (distributed.all_reduce_sum(sums) / max(n, 1.0)).tolist()
     stats["clip_frac"], stats["kl_rollout"] = clipped, kl_rollout  # token means over the whole step
     if "ref" in batch.extras:
@@ -162,13 +164,29 @@ def _clipped_step(store: PolicyStore, agent: str, batch: SeqBatch, cfg: TrainerC
     return stats
 
 
+def gradient_rows(batch: SeqBatch) -> SeqBatch | None:
+    """The rows of a clipped step that have a gradient (None if none has). On-policy (no ``old`` log-probs: ratio 1)
+    and without a KL loss term (no ``ref``), a row whose advantage is 0 on every token adds exactly 0 to the loss,
+    its gradient and the step's statistics (-min(ratio A, clip(ratio) A) = 0; old - new = 0), so it is not run: a
+    GRPO group whose answers all scored alike, a role whose rewards are all equal. The step's normaliser still counts
+    its tokens (:func:`_clipped_step` counts them before), so the update is the one over all rows."""
+    if "old" in batch.extras or "ref" in batch.extras:
+        return batch
+    live = (batch.extras["adv"] * batch.loss_mask != 0).any(-1).nonzero().flatten().tolist()
+    if len(live) == batch.input_ids.shape[0]:
+        return batch
+    return batch.rows(live) if live else None
+
+
 def _merge_steps(steps: list[dict]) -> dict:
     """Stats of several optimizer steps: loss, grad norm, clip fraction and KL to the rollout policy averaged;
-    ``optimizer_steps`` counts the steps taken (a non-finite gradient skips one)."""
+    ``optimizer_steps`` counts the steps taken (a non-finite gradient skips one), ``rows_left_out`` the rows not run
+    for want of a gradient (:func:`gradient_rows`)."""
     mean = lambda key: sum(s[key] for s in steps) / len(steps)  # noqa: E731
     merged = {"loss": mean("loss"), "grad_norm": mean("grad_norm"), "skipped": any(s["skipped"] for s in steps),
               "clip_frac": mean("clip_frac"), "kl_rollout": mean("kl_rollout"),
-              "optimizer_steps": sum(not s["skipped"] for s in steps)}
+              "optimizer_steps": sum(not s["skipped"] for s in steps),
+              "rows_left_out": sum(s["rows_left_out"] for s in steps)}
     if all("kl" in s for s in steps):
         merged["kl"] = mean("kl")
     return merged

@@ -288,8 +288,10 @@ class PolicyStore:
             for group in opt.param_groups:
                 group["lr"] = lr
 
-    def step(self, agent: str, batch: SeqBatch, loss_fn: Callable[..., torch.Tensor], entropy: bool = False) -> dict:
-        """One optimizer step of ``agent`` over ``batch`` in micro-batches.
+    def step(self, agent: str, batch: SeqBatch | None, loss_fn: Callable[..., torch.Tensor],
+             entropy: bool = False) -> dict:
+        """One optimizer step of ``agent`` over ``batch`` in micro-batches (``batch`` None: no row has a gradient,
+        the step is taken with zero gradients — AdamW still moves the weights by its moments and decay).
 
         ``loss_fn(logp [b, T], micro_batch) -> scalar`` must already be normalised for the whole step (e.g. a token
         mean with the step's total token count as normaliser), so that the gradients simply add up. With
@@ -307,7 +309,7 @@ class PolicyStore:
         recompute = lambda layer: ActivationDtypeLoRA(layer, agent)  # noqa: E731  (what _policy does)
         with (checkpointed_layers(bb.causal_lm, recompute) if self.gradient_checkpointing else contextlib.nullcontext(),
               self._heap_restored()):
-            for mb in self.local_micro_batches(batch):
+            for mb in self.local_micro_batches(batch) if batch is not None else []:
                 self._count_rows(mb)
                 rows += mb.input_ids.shape[0]
                 if entropy:
@@ -318,6 +320,9 @@ class PolicyStore:
                 loss.backward()
                 total += float(loss.detach())
         params = self.adapter_params(agent)
+        for p in params:  # a parameter no row reached has a zero gradient (the optimizer skips a None one)
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         distributed.all_reduce_grads(params)
         total = distributed.all_reduce_sum(total)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))

@@ -9,7 +9,8 @@ import torch
 from selfevo.interaction import Episode, Turn
 from selfevo.loop import TrainerCfg
 from selfevo.optimizers import OPTIMIZERS, Samples, train_agents
-from selfevo.optimizers.base import on_policy, score
+from selfevo.optimizers import base
+from selfevo.optimizers.base import gradient_rows, on_policy, score
 from selfevo.optimizers.objectives import kl_estimate, masked_mean, task_relative_advantages
 from selfevo.policy import SeqBatch
 from selfevo.types import Completion, Request, Task
@@ -231,6 +232,14 @@ def _fake_samples(prompts, rewards, groups=None):
     return Samples(SeqBatch.build(prompts, completions, 0), torch.tensor(rewards), groups)
 
 
+@pytest.fixture
+def every_row(monkeypatch):
+    """The store is handed every row (rows whose advantage is 0 are normally not run): for tests that read the
+    advantages of all rows from what the store receives."""
+    monkeypatch.setattr(base, "gradient_rows", lambda batch: batch)
+
+
+@pytest.mark.usefixtures("every_row")
 def test_grpo_groups_by_prompt_by_default():
     prompts = [[5, 6, 7], [5, 6, 7], [8, 9], [8, 9]]
     store = CaptureStore()
@@ -243,11 +252,53 @@ def test_grpo_groups_by_prompt_by_default():
     assert _sequence_adv(store.batches[0]) == pytest.approx([0.25 / s] * 3 + [-0.75 / s], abs=1e-5)
 
 
+@pytest.mark.usefixtures("every_row")
 def test_grpo_explicit_groups_override_prompt_groups():
     prompts = [[5, 6, 7], [5, 6, 7], [8, 9], [8, 9]]
     store = CaptureStore()
     OPTIMIZERS.get("grpo")(TrainerCfg())(store, "a", _fake_samples(prompts, [1.0, 0.0, 1.0, 0.0], ["g", "h", "g", "h"]))
     assert _sequence_adv(store.batches[0]) == pytest.approx([0.0] * 4, abs=1e-6)
+
+
+def _adv_batch(adv_rows, **extras):
+    """3 rows of 2 prompt + 3 completion tokens with the given per-row advantages on the completion tokens."""
+    batch = SeqBatch.build([[1, 2]] * len(adv_rows), [[3, 4, 5]] * len(adv_rows), 0)
+    return batch.with_extras(adv=torch.tensor(adv_rows)[:, None] * batch.loss_mask, **extras)
+
+
+def test_gradient_rows_leaves_out_rows_whose_advantage_is_zero():
+    batch = _adv_batch([0.0, 1.5, 0.0])
+    live = gradient_rows(batch)
+    assert live.input_ids.shape[0] == 1 and float(live.extras["adv"].sum()) == 4.5
+    everything = _adv_batch([0.5, -1.0, 2.0])
+    assert gradient_rows(everything) is everything
+    assert gradient_rows(_adv_batch([0.0, 0.0, 0.0])) is None  # no row has a gradient
+    assert gradient_rows(_adv_batch([1e-30, 0.0, 0.0])).input_ids.shape[0] == 1  # only an exact 0 is left out
+    # off-policy (old log-probs) or with a KL loss term (ref) a zero-advantage row still has a loss: all rows run
+    for key in ("old", "ref"):
+        zeros = _adv_batch([0.0, 1.0, 0.0], **{key: torch.zeros(3, 5)})
+        assert gradient_rows(zeros) is zeros
+
+
+def test_zero_advantage_rows_left_out_give_the_same_update(store, monkeypatch):
+    """GRPO over two prompt groups: a step whose first group scored alike (advantage 0: its rows are not run), then a
+    step where both did (no row runs; AdamW's moments still move the weights). The adapter and the statistics are
+    those every row gives, up to float rounding (other micro-batches, other padding)."""
+    def two_steps():
+        reset(store, micro_batch=2)
+        return [OPTIMIZERS.get("grpo")(TrainerCfg())(store, "a1", samples_of(store, rewards=r))
+                for r in ([1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0])], snapshot(store)
+
+    stats, left_out = two_steps()
+    monkeypatch.setattr(base, "gradient_rows", lambda batch: batch)
+    every_stats, every = two_steps()
+    moved = delta(store._initial, every, "a1")
+    assert moved > 0 and delta(every, left_out, "a1") < 1e-4 * moved
+    assert stats[1]["grad_norm"] == every_stats[1]["grad_norm"] == 0.0
+    assert [s.pop("rows_left_out") for s in stats] == [2, 4]
+    assert [s.pop("rows_left_out") for s in every_stats] == [0, 0]
+    for a, b in zip(stats, every_stats):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
 
 
 def test_sft_hands_only_positive_rows_to_the_store():
