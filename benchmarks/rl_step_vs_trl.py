@@ -1,18 +1,22 @@
 """End-to-end RL step throughput: selfevo REINFORCE++ vs TRL's GRPOTrainer, same model, dtype, LoRA and budget.
 
     .venv/bin/python benchmarks/rl_step_vs_trl.py [--steps 4] [--completions 8] [--tokens 128] [--dtype bfloat16]
-        [--checkpointing on|off] [--no-shared-prompts] [--out rl_step_vs_trl]
+        [--checkpointing on|off] [--no-shared-prompts] [--task gsm8k|arith] [--optimizer reinforce_pp|grpo]
+        [--out rl_step_vs_trl]
 
-Both sides: the embedded model, LoRA r=16 (alpha 32, all linear layers), --completions / 4 GSM8K prompts × 4
-completions of at most --tokens tokens per step, the math verifier as reward, one optimizer step per rollout batch,
+Both sides: the embedded model, LoRA r=16 (alpha 32, all linear layers), --completions / 4 prompts of --task's
+training split (default GSM8K) × 4 completions of at most --tokens tokens per step, the math verifier as reward, one optimizer step per rollout batch,
 gradient checkpointing as --checkpointing on both sides (on: TRL's GRPOConfig default and selfevo's
 ``trainer.gradient_checkpointing`` default). selfevo runs its trainer defaults otherwise (``trainer.shared_prompts``:
 a prompt's 4 completions run the prompt's forward once in the update; ``--no-shared-prompts`` turns it off).
 Reported: generated tokens per second over whole steps (rollout + reward + update), the first step excluded as
 warm-up.
 Keys: selfevo_tok_s, trl_grpo_tok_s, ratio, selfevo_step_s, trl_step_s (every step's seconds), selfevo_update_s
-(the update's share of each step) and ratio_bound_by_update (TRL's median step over selfevo's median update: the
-ratio an instantaneous rollout would give, i.e. the most that generation speed alone can reach). Writes
+(the update's share of each step), selfevo_mean_reward and selfevo_rows_left_out (per step: the mean reward, and
+the rows the update did not run because their advantage is 0 — REINFORCE++ whitens over the whole batch, so that is
+every row of a step whose rewards are all equal, none otherwise) and ratio_bound_by_update (TRL's median step over
+selfevo's median update: the ratio an instantaneous rollout would give, i.e. the most that generation speed alone
+can reach). Writes
 results/rl_step_vs_trl.json (``--out`` to name it otherwise).
 """
 from __future__ import annotations
@@ -42,7 +46,7 @@ MODEL = "smollm2-135m-instruct"
 PER_PROMPT = 4
 
 
-def selfevo_run(tasks, args) -> tuple[float, list[float], list[float]]:
+def selfevo_run(tasks, args) -> tuple[float, list[float], list[float], dict]:
     cfg = TrainerCfg(gradient_checkpointing=args.checkpointing == "on", shared_prompts=args.shared_prompts)
     store = PolicyStore(dtype=args.dtype, lora=LoraSettings(r=16, alpha=32), lr=1e-5, micro_batch=8,
                         gradient_checkpointing=cfg.gradient_checkpointing, shared_prompts=cfg.shared_prompts)
@@ -50,7 +54,7 @@ def selfevo_run(tasks, args) -> tuple[float, list[float], list[float]]:
     engine = HFEngine(store)
     sp = SamplingParams(max_new_tokens=args.tokens, temperature=1.0)
     n_prompts = args.completions // PER_PROMPT
-    tokens, steps, updates = 0, [], []
+    tokens, steps, updates, rewarded, left_out = 0, [], [], [], []
     for step in range(args.steps):
         batch_tasks = tasks[step * n_prompts:(step + 1) * n_prompts]
         start = time.perf_counter()
@@ -62,13 +66,16 @@ def selfevo_run(tasks, args) -> tuple[float, list[float], list[float]]:
         batch = SeqBatch.build([o.prompt_ids for o in outs], [o.token_ids for o in outs],
                                store.backbones[MODEL].tokenizer.pad_token_id)
         update = time.perf_counter()
-        OPTIMIZERS.get("reinforce_pp")(cfg)(store, "agent", Samples(batch, rewards))
+        stats = OPTIMIZERS.get(args.optimizer)(cfg)(store, "agent", Samples(batch, rewards))
         steps.append(time.perf_counter() - start)
         updates.append(time.perf_counter() - update)
-        print(f"selfevo step {step}: {steps[-1]:.1f} s (update {updates[-1]:.1f} s)", flush=True)
+        rewarded.append(float(rewards.mean()))
+        left_out.append(stats["rows_left_out"])
+        print(f"selfevo step {step}: {steps[-1]:.1f} s (update {updates[-1]:.1f} s; mean reward {rewarded[-1]:.3f}, "
+              f"{left_out[-1]} of {len(outs)} rows without a gradient left out)", flush=True)
         if step > 0:
             tokens += sum(len(o.token_ids) for o in outs)
-    return tokens / sum(steps[1:]), steps, updates
+    return tokens / sum(steps[1:]), steps, updates, {"selfevo_mean_reward": rewarded, "selfevo_rows_left_out": left_out}
 
 
 def trl_run(tasks, args) -> tuple[float, list[float]]:
@@ -130,15 +137,20 @@ def main() -> None:
                     help="gradient checkpointing on both sides (default on: both libraries' default)")
     ap.add_argument("--no-shared-prompts", dest="shared_prompts", action="store_false",
                     help="selfevo: run every completion's prompt in the update (trainer.shared_prompts=false)")
+    ap.add_argument("--task", default="gsm8k", help="training split of this benchmark (gsm8k: the 135M model scores "
+                    "0 on all 64 answers of each of the first 3 steps, a step without signal; arith: ~10%% right)")
+    ap.add_argument("--optimizer", default="reinforce_pp", choices=("reinforce_pp", "grpo"),
+                    help="selfevo's side (grpo: group-normalised like TRL's)")
     ap.add_argument("--out", default="rl_step_vs_trl", help="results/<out>.json")
     args = ap.parse_args()
-    tasks = load_tasks("gsm8k", "train", limit=args.steps * args.completions // PER_PROMPT + 4)
-    result = {"model": MODEL, "dtype": args.dtype, "steps": args.steps, "completions_per_step": args.completions,
+    tasks = load_tasks(args.task, "train", limit=args.steps * args.completions // PER_PROMPT + 4)
+    result = {"model": MODEL, "task": args.task, "optimizer": args.optimizer, "dtype": args.dtype, "steps": args.steps, "completions_per_step": args.completions,
               "max_new_tokens": args.tokens, "checkpointing": args.checkpointing,
               "shared_prompts": args.shared_prompts}
-    rate, steps, updates = selfevo_run(tasks, args)
+    rate, steps, updates, rows = selfevo_run(tasks, args)
     result["selfevo_tok_s"], result["selfevo_step_s"] = round(rate, 1), [round(s, 1) for s in steps]
     result["selfevo_update_s"] = [round(s, 1) for s in updates]
+    result.update(rows)
     rate, steps = trl_run(tasks, args)
     result["trl_grpo_tok_s"], result["trl_step_s"] = round(rate, 1), [round(s, 1) for s in steps]
     result["ratio"] = round(result["selfevo_tok_s"] / result["trl_grpo_tok_s"], 2)
