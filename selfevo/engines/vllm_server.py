@@ -372,7 +372,8 @@ class VLLMServerEngine:
         # on CPU compiling costs a minute a start and gains nothing
         eager = [] if torch.cuda.is_available() else ["--enforce-eager"]
         self._launch = {"launcher": list(launcher), "settings": settings, "extra": [*eager, *extra],
-                        "env": {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}}
+                        # unbuffered: the log holds every line the server wrote, also when it is killed at stop
+                        "env": {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "PYTHONUNBUFFERED": "1"}}
         try:
             for backbone in self.store.backbones:
                 for i in range(replicas):
