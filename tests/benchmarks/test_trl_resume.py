@@ -1,6 +1,7 @@
 """benchmarks/ablations/grpo_vs_trl.py's TRL run resumes: a run stopped after one step and started again ends with
 the adapter and step lines of a run that went straight through (tiny random model, 2 steps)."""
 import json
+import os
 
 import pytest
 import torch
@@ -29,6 +30,9 @@ class _Verdict:
 
 @pytest.mark.slow
 def test_a_stopped_trl_run_continues_where_it_stopped(tmp_path, monkeypatch):
+    # importing trl sets VLLM_LOGGING_LEVEL=ERROR in os.environ (trl/_compat.py) unless it is set: set it here, so
+    # that it is gone again afterwards and vLLM servers started by later tests still log at their default level
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", os.environ.get("VLLM_LOGGING_LEVEL", "INFO"))
     pytest.importorskip("trl")
     monkeypatch.setattr("selfevo.verifiers.verify", lambda task, text: _Verdict(text))
     _run(tmp_path / "straight", 2)
