@@ -88,7 +88,7 @@ def recipe_config(recipe: str, preset: str | None, overrides: list[str]):
     from selfevo.config import load_config
 
     entry = RECIPES.get(recipe)
-    return load_config(entry.load().Config, entry.name, preset or entry.default_preset, overrides)
+    return load_config(entry.config_class(), entry.name, preset or entry.default_preset, overrides)
 
 
 def recipe_step(recipe: str, preset: str | None, steps: int, tasks: int | None, overrides: list[str]) -> dict:

@@ -100,9 +100,9 @@ def _run(argv: list[str]) -> int:
     recipe = RECIPES.get(args.recipe)
     module = recipe.load()
     if args.help:
-        print(recipe_help(recipe, module.Config))
+        print(recipe_help(recipe, recipe.config_class()))
         return 0
-    cfg = load_config(module.Config, recipe.name, args.preset or recipe.default_preset, args.overrides)
+    cfg = load_config(recipe.config_class(), recipe.name, args.preset or recipe.default_preset, args.overrides)
     from selfevo import distributed
 
     if args.dry_run or distributed.is_main():  # under torchrun: printed once, by rank 0

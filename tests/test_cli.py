@@ -84,7 +84,7 @@ def test_run_recipe_help_lists_every_key_and_the_presets(capsys):
     assert cli.main(["run", "demo", "--help"]) == 0
     printed = capsys.readouterr().out
     assert "presets: cpu (default)" in printed
-    for key, _, allowed, help in describe(demo.Config):
+    for key, _, allowed, help in describe(demo.DemoCfg):
         line = next(x for x in printed.splitlines() if x.split() and x.split()[0] == key)
         assert help in line and allowed[:20] in line
     assert cli.main(["run", "--help"]) == 0 and "--dry-run" in capsys.readouterr().out

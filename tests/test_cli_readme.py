@@ -178,7 +178,7 @@ def recipe_keys(recipe: str) -> dict[str, Any]:
     from selfevo.algorithms import RECIPES
     from selfevo.config import describe
 
-    return {key: default for key, default, _, _ in describe(RECIPES.get(recipe).load().Config)}
+    return {key: default for key, default, _, _ in describe(RECIPES.get(recipe).config_class())}
 
 
 def adapt_run(rest: list[str], pairs: dict[str, str], work: Path, case: int) -> tuple[list, dict, dict]:

@@ -114,13 +114,26 @@ def test_describe_lists_every_leaf_with_default_range_and_help():
 
 @pytest.mark.parametrize("recipe", RECIPES.names())
 def test_every_recipe_key_has_help(recipe):
-    missing = [key for key, _, _, help in describe(RECIPES.get(recipe).load().Config) if not help.strip()]
+    missing = [key for key, _, _, help in describe(RECIPES.get(recipe).config_class()) if not help.strip()]
     assert not missing, f"{recipe}: config keys without help: {', '.join(missing)}"
+
+
+def test_every_recipe_class_has_its_own_name():
+    """One name a class across the recipes (``comas.CoMASCfg``, not a ``Config`` in every module)."""
+    import inspect
+
+    owner = {}
+    for name in RECIPES.names():
+        module = RECIPES.get(name).load()
+        assert RECIPES.get(name).config_class().__module__ == module.__name__
+        for cls_name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__:
+                assert owner.setdefault(cls_name, name) == name, f"{cls_name} in {owner[cls_name]} and {name}"
 
 
 @pytest.mark.parametrize("recipe, preset", [(r, p) for r in RECIPES.names() for p in presets(r)])
 def test_every_preset_validates(recipe, preset):
-    cfg = load_config(RECIPES.get(recipe).load().Config, recipe, preset, [])
+    cfg = load_config(RECIPES.get(recipe).config_class(), recipe, preset, [])
     assert cfg.recipe == recipe
 
 
@@ -132,19 +145,19 @@ def test_every_preset_validates(recipe, preset):
 ])
 def test_config_errors(override, message):
     with pytest.raises(ConfigError, match=message):
-        load_config(demo.Config, "demo", "cpu", [override])
+        load_config(demo.DemoCfg, "demo", "cpu", [override])
 
 
 def test_config_preset_and_overrides_merge():
-    cfg = load_config(demo.Config, "demo", "cpu", ["agents=2", "model.lora.r=8", "model.backbones=[a,b]"])
+    cfg = load_config(demo.DemoCfg, "demo", "cpu", ["agents=2", "model.lora.r=8", "model.backbones=[a,b]"])
     assert cfg.agents == 2 and cfg.model.lora.r == 8 and list(cfg.model.backbones) == ["a", "b"]
     assert cfg.sampling.max_new_tokens == 96  # from the preset file
 
 
 def test_missing_preset_and_bad_yaml(tmp_path):
     with pytest.raises(ConfigError, match="no preset 'nope'"):
-        load_config(demo.Config, "demo", "nope", [])
+        load_config(demo.DemoCfg, "demo", "nope", [])
     bad = tmp_path / "bad.yaml"
     bad.write_text("agents: [1,\n")
     with pytest.raises(ConfigError, match="cannot read"):
-        load_config(demo.Config, "demo", str(bad), [])
+        load_config(demo.DemoCfg, "demo", str(bad), [])

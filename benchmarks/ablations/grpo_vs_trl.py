@@ -45,7 +45,7 @@ def preset_config(seed: int, overrides: list[str]):
     """The grpo recipe's preset config (both trainers read their settings from it)."""
     from selfevo.algorithms import grpo
     from selfevo.config import load_config
-    return load_config(grpo.Config, "grpo", PRESET, [f"seed={seed}", *overrides])
+    return load_config(grpo.GRPOCfg, "grpo", PRESET, [f"seed={seed}", *overrides])
 
 
 def trl_main(out: Path, seed: int, overrides: list[str]) -> None:

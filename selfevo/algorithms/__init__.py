@@ -1,5 +1,6 @@
-"""Recipes: one readable file per algorithm. Each module has a ``Config`` dataclass and ``main(cfg)``; the
-``RECIPES`` registry maps a name to its module (imported lazily) and presets are YAML files in ``selfevo/configs``."""
+"""Recipes: one readable file per algorithm. Each module has a config dataclass named after it (``CoMASCfg``, a
+:class:`~selfevo.loop.config.RunCfg`) and ``main(cfg)``; the ``RECIPES`` registry maps a name to its module (imported
+lazily) and config class, and presets are YAML files in ``selfevo/configs``."""
 from __future__ import annotations
 
 import importlib
@@ -12,26 +13,35 @@ from selfevo.registry import Registry
 class Recipe:
     name: str
     module: str
+    config: str
     about: str
     default_preset: str = "cpu"
 
     def load(self):
         return importlib.import_module(self.module)
 
+    def config_class(self) -> type:
+        """The recipe's config dataclass (``selfevo run NAME``'s keys and presets)."""
+        return getattr(self.load(), self.config)
+
 
 RECIPES: Registry[Recipe] = Registry("recipe")
 for _r in (
-    Recipe("demo", "selfevo.algorithms.demo", "several agents (LoRA adapters) answer questions in one batch"),
-    Recipe("comas", "selfevo.algorithms.comas", "CoMAS: discussion → zero-sum interaction rewards → REINFORCE++"),
-    Recipe("sage", "selfevo.algorithms.sage", "SAGE: challenger, planner, solver, critic; verified question pool; "
-                                              "Task-Relative REINFORCE++"),
-    Recipe("mae", "selfevo.algorithms.mae", "MAE: proposer, solver, judge on one adapter; judge rewards, no ground "
-                                            "truth; question pool; Task-Relative REINFORCE++"),
-    Recipe("maestro", "selfevo.algorithms.maestro", "MAESTRO: N×K candidates, a trained central selector, broadcast; "
-                                                    "CLPO (or GRPO / SFT / prompt only)"),
-    Recipe("azr", "selfevo.algorithms.azr", "AZR: one model proposes and solves deduction / abduction / induction "
-                                            "code tasks, validated by execution; Task-Relative REINFORCE++"),
-    Recipe("grpo", "selfevo.algorithms.grpo", "GRPO: one agent, the evaluation's prompt, verifier reward (the plain "
-                                              "RL baseline)"),
+    Recipe("demo", "selfevo.algorithms.demo", "DemoCfg",
+           "several agents (LoRA adapters) answer questions in one batch"),
+    Recipe("comas", "selfevo.algorithms.comas", "CoMASCfg",
+           "CoMAS: discussion → zero-sum interaction rewards → REINFORCE++"),
+    Recipe("sage", "selfevo.algorithms.sage", "SageCfg",
+           "SAGE: challenger, planner, solver, critic; verified question pool; Task-Relative REINFORCE++"),
+    Recipe("mae", "selfevo.algorithms.mae", "MAECfg",
+           "MAE: proposer, solver, judge on one adapter; judge rewards, no ground truth; question pool; "
+           "Task-Relative REINFORCE++"),
+    Recipe("maestro", "selfevo.algorithms.maestro", "MaestroCfg",
+           "MAESTRO: N×K candidates, a trained central selector, broadcast; CLPO (or GRPO / SFT / prompt only)"),
+    Recipe("azr", "selfevo.algorithms.azr", "AZRCfg",
+           "AZR: one model proposes and solves deduction / abduction / induction code tasks, validated by "
+           "execution; Task-Relative REINFORCE++"),
+    Recipe("grpo", "selfevo.algorithms.grpo", "GRPOCfg",
+           "GRPO: one agent, the evaluation's prompt, verifier reward (the plain RL baseline)"),
 ):
     RECIPES.register(_r.name)(_r)

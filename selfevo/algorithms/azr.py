@@ -34,7 +34,7 @@ REFERENCE_KINDS = {"deduction": ("deduction",), "abduction": ("abduction",), "in
 
 
 @dataclass
-class AzrProtocolCfg:
+class AZRProtocolCfg:
     kinds: list[str] = opt(list(KINDS), "task kinds proposed and solved each step", item_choices=KINDS,
                            nonempty=True)
     references: int = opt(6, "K: reference triplets shown to a deduction / abduction proposer (up to K)", ge=1)
@@ -54,13 +54,13 @@ class AzrProtocolCfg:
 
 
 @dataclass
-class Config(RunCfg):
+class AZRCfg(RunCfg):
     recipe: str = opt("azr", "the recipe", choices=("azr",))
     output_dir: str = opt("runs/azr", "run directory", nonempty=True)
     agents: int = opt(1, "must be 1: AZR's proposer and solver are one model (one adapter)", ge=1, le=1)
     trainer: TrainerCfg = opt(TrainerCfg(optimizer="task_relative", tasks_per_step=4),
                               "schedule and updates (tasks_per_step: B per kind and role)")
-    protocol: AzrProtocolCfg = opt(AzrProtocolCfg, "AZR's task kinds, K, n, validation and penalties")
+    protocol: AZRProtocolCfg = opt(AZRProtocolCfg, "AZR's task kinds, K, n, validation and penalties")
 
 
 @dataclass
@@ -71,12 +71,12 @@ class Roles:
     solve: dict
 
     @classmethod
-    def build(cls, p: AzrProtocolCfg) -> "Roles":
+    def build(cls, p: AZRProtocolCfg) -> "Roles":
         return cls({k: AZRProposer(task_kind=k, open_block=p.open_blocks, banned=tuple(p.banned)) for k in KINDS},
                    {k: AZRSolver(task_kind=k, open_block=p.open_blocks) for k in KINDS})
 
 
-def propose_program(roles: Roles, p: AzrProtocolCfg):
+def propose_program(roles: Roles, p: AZRProtocolCfg):
     """Proposer → validation in the sandbox → (a valid task) n solver rollouts, role ``estimate``. The episode's
     ``meta``: ``valid``, ``validity`` (``valid`` or why not) and, for a valid task, its ``triplet``."""
 
@@ -104,7 +104,7 @@ def solve_program(roles: Roles):
     return program
 
 
-def propose_tasks(buffers: ItemBuffers, rng: random.Random, p: AzrProtocolCfg, b: int) -> list[Task]:
+def propose_tasks(buffers: ItemBuffers, rng: random.Random, p: AZRProtocolCfg, b: int) -> list[Task]:
     """B propose tasks per kind, each with up to K references drawn from the kind's buffer (induction: one program
     from the deduction and abduction buffers)."""
     tasks = []

@@ -32,7 +32,7 @@ VARIANTS = ("full", "without_evaluation", "without_scoring")
 
 # ---- config -----------------------------------------------------------------------------------------------------
 @dataclass
-class ProtocolCfg:
+class CoMASProtocolCfg:
     semantics: str = opt("paper", "paper: sequential, a random agent acts; released: every agent solves each round",
                          choices=("paper", "released"))
     variant: str = opt("full", "full method or a reward ablation (Sec. 4.3.1)", choices=VARIANTS)
@@ -65,20 +65,20 @@ class CoMASRewardCfg:
 
 
 @dataclass
-class ComasDataCfg(DataCfg):
+class CoMASDataCfg(DataCfg):
     n_math: int = opt(600, "MATH level 4-5 items in the training mix", ge=0)
     n_code: int = opt(600, "KodCode items in the training mix", ge=0)
     n_science: int = opt(800, "science items in the training mix", ge=0)
 
 
 @dataclass
-class Config(RunCfg):
+class CoMASCfg(RunCfg):
     recipe: str = opt("comas", "the recipe", choices=("comas",))
     output_dir: str = opt("runs/comas", "run directory", nonempty=True)
     sampling: SamplingCfg = opt(SamplingCfg(max_new_tokens=256, temperature=1.0), "sampling of every generation")
-    protocol: ProtocolCfg = opt(ProtocolCfg, "the discussion")
+    protocol: CoMASProtocolCfg = opt(CoMASProtocolCfg, "the discussion")
     reward: CoMASRewardCfg = opt(CoMASRewardCfg, "reward settings")
-    data: ComasDataCfg = opt(ComasDataCfg, "training tasks (default: the CoMAS mix)")
+    data: CoMASDataCfg = opt(CoMASDataCfg, "training tasks (default: the CoMAS mix)")
 
     @staticmethod
     def check(cfg) -> None:
@@ -90,7 +90,7 @@ class Config(RunCfg):
 
 
 # ---- roles ------------------------------------------------------------------------------------------------------
-def make_roles(p: ProtocolCfg) -> dict[str, Role]:
+def make_roles(p: CoMASProtocolCfg) -> dict[str, Role]:
     """The variant's roles with the protocol's format options (score/verdict prefixes, scorer token limit)."""
     options = {"template_set": p.template_set, "kappa": p.horizon}
     if not p.evaluators_see_history and p.variant != "without_evaluation":
@@ -111,7 +111,7 @@ class Discussion:
 
     roles: dict[str, Role]
     agents: list[str]
-    cfg: ProtocolCfg
+    cfg: CoMASProtocolCfg
     seed: str
     rngs: dict = field(default_factory=dict)
 

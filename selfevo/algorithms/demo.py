@@ -24,7 +24,7 @@ from selfevo.types import Request
 
 
 @dataclass
-class Config:
+class DemoCfg:
     recipe: str = opt("demo", "recipe name (recorded in config.yaml)", choices=("demo",))
     seed: int = opt(0, "seed of the RNGs; request i uses seed + i", ge=0)
     output_dir: str = opt("runs/demo", "run directory: config.yaml, transcripts.jsonl, summary.json", nonempty=True)

@@ -28,7 +28,7 @@ class GRPORewardCfg:
 
 
 @dataclass
-class Config(RunCfg):
+class GRPOCfg(RunCfg):
     recipe: str = opt("grpo", "the recipe", choices=("grpo",))
     output_dir: str = opt("runs/grpo", "run directory", nonempty=True)
     agents: int = opt(1, "number of agents (each answers every task; one adapter each)", ge=1)

@@ -47,7 +47,7 @@ AGENT = "mae"
 
 
 @dataclass
-class MaeProtocolCfg:
+class MAEProtocolCfg:
     proposals: int = opt(4, "Proposer episodes per step (each from a reference item drawn from the pool)", ge=0)
     solver_samples: int = opt(5, "N_sample: Solver answers per new question for its difficulty (mae.sh: 5)", ge=1)
     quality_threshold: float = opt(0.7, "a new question enters the pool, and is paid its difficulty, only if its "
@@ -70,13 +70,13 @@ class MaeProtocolCfg:
 
 
 @dataclass
-class Config(RunCfg):
+class MAECfg(RunCfg):
     recipe: str = opt("mae", "the recipe", choices=("mae",))
     output_dir: str = opt("runs/mae", "run directory", nonempty=True)
     agents: int = opt(1, "must be 1: MAE's agents are roles of one backbone and one shared adapter", ge=1, le=1)
     sampling: SamplingCfg = opt(SamplingCfg(max_new_tokens=256, temperature=1.0), "sampling (mae.sh: 1.0)")
     trainer: TrainerCfg = opt(TrainerCfg(optimizer="task_relative", tasks_per_step=8), "schedule and updates")
-    protocol: MaeProtocolCfg = opt(MaeProtocolCfg, "MAE's phases, reward weights and switches")
+    protocol: MAEProtocolCfg = opt(MAEProtocolCfg, "MAE's phases, reward weights and switches")
     data: DataCfg = opt(DataCfg(tasks=["gsm8k:train"], limit=500), "the seed questions of the pool (their "
                                                                      "reference answers are never used)")
 
@@ -120,7 +120,7 @@ def judged(ep: Episode, role: str, unparsed: float) -> list[float]:
             for t in ep.turns if t.role == "judge" and ep.turns[t.refs["target"]].role == role]
 
 
-def admit(ep: Episode, pool: QuestionPool, p: MaeProtocolCfg, step: int) -> str | None:
+def admit(ep: Episode, pool: QuestionPool, p: MAEProtocolCfg, step: int) -> str | None:
     """One propose episode: fills ``ep.meta`` (quality, difficulty) and adds the new question to the pool iff its
     quality reaches the threshold and it is new; returns the rejection reason (None = admitted)."""
     prop = ep.turns[0]
@@ -137,7 +137,7 @@ def admit(ep: Episode, pool: QuestionPool, p: MaeProtocolCfg, step: int) -> str 
     return None
 
 
-def proposer_rewards(p: MaeProtocolCfg):
+def proposer_rewards(p: MAEProtocolCfg):
     """Reward source of propose episodes (after :func:`admit`): the Proposer's reward; difficulty answers masked."""
     weights = (p.w_quality, p.w_difficulty, p.w_format)
 
@@ -155,7 +155,7 @@ def proposer_rewards(p: MaeProtocolCfg):
     return source
 
 
-def reward_sources(p: MaeProtocolCfg) -> dict:
+def reward_sources(p: MAEProtocolCfg) -> dict:
     """The propose and solve phases' reward sources; every Judge turn is paid its format r_f."""
     def fmt(role: str, phase: str):
         return labelled(REWARD_SOURCES.get("format")(FORMAT_TAGS[role], [role]), f"{phase}.{role}_")

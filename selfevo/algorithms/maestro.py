@@ -69,7 +69,7 @@ class MaestroDataCfg(DataCfg):
 
 
 @dataclass
-class Config(RunCfg):
+class MaestroCfg(RunCfg):
     recipe: str = opt("maestro", "the recipe", choices=("maestro",))
     output_dir: str = opt("runs/maestro", "run directory", nonempty=True)
     agents: int = opt(3, "N: execution agents (the central agent is one more)", ge=1)

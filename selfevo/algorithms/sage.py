@@ -80,7 +80,7 @@ class SageDataCfg(DataCfg):
 
 
 @dataclass
-class Config(RunCfg):
+class SageCfg(RunCfg):
     recipe: str = opt("sage", "the recipe", choices=("sage",))
     output_dir: str = opt("runs/sage", "run directory", nonempty=True)
     agents: int = opt(1, "must be 1: SAGE's agents are roles of one backbone (protocol.per_role_adapters)", ge=1,

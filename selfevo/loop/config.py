@@ -2,8 +2,8 @@
 trainer (schedule, optimizer, learning rate: :class:`~selfevo.optimizers.trainer.TrainerCfg`, declared beside the
 optimizers that read it), the data (``data.tasks``) and periodic held-out evaluation.
 
-A recipe's ``Config`` subclasses :class:`RunCfg` and adds its own sections (``protocol``, ``reward``, ...); the
-loop kit (:class:`selfevo.loop.Loop`) reads only these common keys.
+A recipe's config (``CoMASCfg``, ...) subclasses :class:`RunCfg` and adds its own sections (``protocol``,
+``reward``, ...); the loop kit (:class:`selfevo.loop.Loop`) reads only these common keys.
 """
 from __future__ import annotations
 

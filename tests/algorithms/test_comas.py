@@ -32,7 +32,7 @@ TASKS = [Task("t0", "math", "What is 1+1?", "2"), Task("t1", "math", "What is 2+
 
 def discussion(engine, variant="full", semantics="paper", on_parse_failure="mask", **proto):
     """(discussion, run): ``run(d, tasks)`` rolls out the protocol on the runner and assigns the variant's rewards."""
-    cfg = comas.ProtocolCfg(variant=variant, semantics=semantics, **proto)
+    cfg = comas.CoMASProtocolCfg(variant=variant, semantics=semantics, **proto)
     d = comas.DISCUSSIONS[semantics](comas.make_roles(cfg), ["a0", "a1", "a2"], cfg, "0")
     own = "verdict_agreement" if variant == "without_scoring" else "interaction_scores"
     source = build_sources([own], on_parse_failure=on_parse_failure)
@@ -243,8 +243,8 @@ def test_noisy_judge_replaces_the_scores_with_the_verifiers_verdict():
     ep = Episode(task, [turn("solver", "\\boxed{2}", Parsed.success("x")),
                         turn("evaluator", "looks wrong", Parsed.success("e"), {"solution": 0}),
                         turn("scorer", "1", Parsed.success(1), {"solution": 0, "evaluation": 1})])
-    model = comas.reward_source(load_config(comas.Config, "comas", "cpu", []))([ep])
-    judged = comas.reward_source(load_config(comas.Config, "comas", "cpu", ["reward.judge=noisy_judge"]))([ep])
+    model = comas.reward_source(load_config(comas.CoMASCfg, "comas", "cpu", []))([ep])
+    judged = comas.reward_source(load_config(comas.CoMASCfg, "comas", "cpu", ["reward.judge=noisy_judge"]))([ep])
     assert model.rewards == [{0: 0.0, 1: 1.0, 2: 0.0}]  # the model scored the right answer 1
     assert judged.rewards == [{0: 1.0, 1: 0.0, 2: 0.0}]  # judge_accuracy 1: the verifier's verdict, score 3
     assert judged.metrics["judge_flip_rate"] == 0.0

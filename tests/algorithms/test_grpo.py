@@ -83,7 +83,7 @@ def test_two_steps_then_resume_adds_exactly_one(tmp_path):
 
 
 def test_cpu_learn_preset():
-    cfg = load_config(grpo.Config, "grpo", "cpu-learn", [])
+    cfg = load_config(grpo.GRPOCfg, "grpo", "cpu-learn", [])
     t = cfg.trainer
     assert (t.optimizer, t.tasks_per_step, t.prompt_reuse, t.kl_estimator, t.kl_in_reward) == ("grpo", 8, 8, "k3",
                                                                                                   False)

@@ -12,7 +12,7 @@ import pytest
 
 import helpers.mae_engine  # noqa: F401  (registers engine "mae_script")
 from selfevo import cli
-from selfevo.algorithms.mae import MaeProtocolCfg, admit, reward_sources
+from selfevo.algorithms.mae import MAEProtocolCfg, admit, reward_sources
 from selfevo.interaction import Episode, Turn
 from selfevo.loop.pool import QuestionPool
 from selfevo.rewards.formulas import mae_difficulty, mae_proposer_reward
@@ -108,7 +108,7 @@ QUESTION = "<question>A shop sells 4 pens for 8 dollars. What does one pen cost?
 
 
 def test_admission_quality_difficulty_and_the_proposer_reward():
-    pool, p = QuestionPool.from_tasks([REF]), MaeProtocolCfg()
+    pool, p = QuestionPool.from_tasks([REF]), MAEProtocolCfg()
     good = propose(QUESTION, "<score>10</score>", ["<score>4</score>", "no score"])
     assert admit(good, pool, p, 0) is None and len(pool) == 2
     assert good.meta["quality"] == 1.0
@@ -133,7 +133,7 @@ def test_the_solver_is_paid_half_judge_half_format():
 
     eps = [solve("So 3.\n<answer>3</answer>", "<score>10</score>"), solve("So 3.", "<score>1</score>"),
            solve("<answer>3</answer>", "unsure")]
-    rewards = reward_sources(MaeProtocolCfg())["solve"](eps).rewards
+    rewards = reward_sources(MAEProtocolCfg())["solve"](eps).rewards
     assert [r[0] for r in rewards] == pytest.approx([0.5 * 1.0 + 0.5 * 1.0, 0.5 * 0.0 + 0.5 * 0.0, 0.5 * 0.5 + 0.5])
     assert [r[1] for r in rewards] == [1.0, 1.0, 0.0]  # the Judge's format: "unsure" has no <score> pair
 

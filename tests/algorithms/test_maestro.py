@@ -194,12 +194,12 @@ def test_clpo_makes_one_pass_per_rollout(tmp_path):
     """Its terms carry no importance ratio: a second pass over a rollout is refused (by the optimizer and, before any
     work, by the recipe's config check), and the paper preset reads "three epochs" as three passes over the data."""
     from selfevo.config import ConfigError, load_config
-    from selfevo.algorithms.maestro import Config
+    from selfevo.algorithms.maestro import MaestroCfg
 
     with pytest.raises(ConfigError, match="trainer.epochs=3 with trainer.optimizer=clpo"):
         OPTIMIZERS.get("clpo")(TrainerCfg(epochs=3))
     assert cli.main(args(tmp_path, tmp_path / "run", "trainer.epochs=2", "trainer.max_steps=1")) == 2
-    cfg = load_config(Config, "maestro", "paper", [])
+    cfg = load_config(MaestroCfg, "maestro", "paper", [])
     slates_per_step = cfg.trainer.tasks_per_step * cfg.protocol.rounds
     rows_per_step = slates_per_step * cfg.protocol.central_samples
     assert cfg.trainer.epochs == 1 and cfg.trainer.max_steps == 3 * -(-7473 // cfg.trainer.tasks_per_step)

@@ -87,7 +87,7 @@ def test_gpu_presets_give_vllm_the_documented_lora_serving_arguments(recipe, lor
     from selfevo.engines.base import VLLM_LORA_RANKS
     from selfevo.engines.vllm import engine_args
 
-    cfg = load_config(RECIPES.get(recipe).load().Config, recipe, "paper", [])
+    cfg = load_config(RECIPES.get(recipe).config_class(), recipe, "paper", [])
     assert cfg.engine.name == "vllm" and cfg.model.lora.r == rank and rank in VLLM_LORA_RANKS
     args = engine_args(cfg.engine, cfg.model.dtype, max_lora_rank=cfg.model.lora.r, seed=cfg.seed, cuda=True)
     assert args == {"dtype": "bfloat16", "enable_lora": True, "max_loras": loras, "max_lora_rank": rank,

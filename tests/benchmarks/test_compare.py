@@ -56,11 +56,10 @@ def test_set_scopes_keys_to_every_method_one_method_or_the_evaluations():
 
 # ---- the presets compared -----------------------------------------------------------------------------------------
 def _config(method, preset, extra=()):
-    from importlib import import_module
-
+    from selfevo.algorithms import RECIPES
     from selfevo.config import load_config
     row = compare.method_row(method, preset, list(extra))
-    return load_config(import_module(f"selfevo.algorithms.{method}").Config, method, preset, list(row.overrides))
+    return load_config(RECIPES.get(method).config_class(), method, preset, list(row.overrides))
 
 
 def test_cpu_learn_presets_train_the_same_model_for_sages_steps_and_mae_reads_sages_data():
