@@ -4,6 +4,7 @@
                                                     [--eval-set K=V ...]
     .venv/bin/python benchmarks/ablations/effect.py --table-only      # rebuild the table and plot from effect.json
     .venv/bin/python benchmarks/ablations/effect.py --list            # the rows and their training commands
+    .venv/bin/python benchmarks/ablations/effect.py --todo [3]        # the row:seed runs each row lacks for 3 seeds
 
 1. *Before*, once: ``selfevo eval benchmark=arith setup=vanilla`` of the untrained embedded model on the first
    ``--n`` held-out ``arith`` test items, greedy (``<out>/base``).
@@ -292,6 +293,20 @@ def seed_average(row: dict, seeds: list[str]) -> list[float]:
     return _item_mean([row["per_seed"][s]["items"] for s in seeds])
 
 
+def missing_seeds(methods: dict, rows, want: int = 3) -> list[tuple[str, int, float | None]]:
+    """``(row, seed, seconds)`` for each run that ``rows`` (names) lack in ``methods`` (effect.json's) to have
+    ``want`` seeds: the lowest seeds not recorded; ``seconds`` is the row's mean recorded training time (None for a
+    row without one)."""
+    todo = []
+    for name in rows:
+        per = (methods.get(name) or {}).get("per_seed") or {}
+        have = {int(s) for s in per}
+        seconds = _mean([r.get("train_s") for r in per.values()])
+        free = (s for s in range(want + len(have)) if s not in have)
+        todo += [(name, next(free), seconds) for _ in range(max(0, want - len(have)))]
+    return todo
+
+
 def _item_mean(lists: list[list[float]]) -> list[float]:
     return [sum(col) / len(col) for col in zip(*lists)]
 
@@ -403,6 +418,9 @@ def main() -> None:
     ap.add_argument("--table-only", action="store_true", help="rebuild effect.{md,png} from effect.json alone")
     ap.add_argument("--adapters", action="store_true", help="copy each row's seed-0 adapter into the results")
     ap.add_argument("--list", action="store_true", help="print the rows and their commands")
+    ap.add_argument("--todo", type=int, nargs="?", const=3, default=None, metavar="SEEDS",
+                    help="print the row:seed runs each row lacks for SEEDS seeds (default 3), with their recorded "
+                         "mean training time")
     args = ap.parse_args()
     if bad := [x for x in [*args.set, *args.eval_set] if "=" not in x]:
         raise UsageError(f"--set and --eval-set take KEY=VALUE, not {bad[0]!r}")
@@ -413,6 +431,15 @@ def main() -> None:
         return
     path = RESULTS / "effect.json"
     record = json.loads(path.read_text()) if path.exists() else {"benchmark": BENCH, "eval": EVAL, "methods": {}}
+    if args.todo is not None:
+        if args.todo < 1:
+            raise UsageError(f"--todo takes a number of seeds >= 1, not {args.todo}")
+        todo = missing_seeds(record["methods"], ROWS, args.todo)
+        for name, seed, seconds in todo:
+            print(f"{name}:{seed}" + (f"  ~{seconds / 60:.0f} min training" if seconds else "  (no recorded run)"))
+        known = [s for _, _, s in todo if s]
+        print(f"{len(todo)} runs; {sum(known) / 3600:.1f} h of recorded training time for {len(known)} of them")
+        return
     if not args.table_only:
         out, settings = Path(args.out), (*EVAL, *args.eval_set)
         base = recorded_base(record, args.n, settings) or evaluate(out / eval_folder("base", args.eval_set), args.n,

@@ -154,3 +154,13 @@ def test_eval_extra_is_what_an_evaluation_adds_to_the_defaults():
     assert effect.eval_extra(effect.base_record([{"correct": 1.0, "chars": 1}], 1)["command"]) == []
     fp32 = effect.base_record([{"correct": 1.0, "chars": 1}], 1, effect.BENCH, [*effect.EVAL, "model.dtype=float32"])
     assert effect.eval_extra(fp32["command"]) == ["model.dtype=float32"]
+
+
+def test_missing_seeds_lists_the_lowest_unrecorded_seeds_with_the_rows_mean_time():
+    methods = {"a": {"per_seed": {"0": {"train_s": 100.0}, "2": {"train_s": 300.0}}},
+               "b": {"per_seed": {"0": {}, "1": {}, "2": {}}}, "c": {"diff": 0.0}}
+    assert effect.missing_seeds(methods, ["a", "b", "c", "d"]) == [
+        ("a", 1, 200.0), ("c", 0, None), ("c", 1, None), ("c", 2, None), ("d", 0, None), ("d", 1, None),
+        ("d", 2, None)]
+    assert effect.missing_seeds(methods, ["a"], want=1) == [] and effect.missing_seeds(methods, ["a"], 4) == [
+        ("a", 1, 200.0), ("a", 3, 200.0)]
