@@ -150,19 +150,6 @@ def method_row(method: str, preset: str, extra: list[str] = ()) -> effect.Row:
                                overrides=(*row.overrides, *SCALES[preset].train.get(method, ()), *extra))
 
 
-def check_same_command(where: Path, cmd: list[str]) -> None:
-    """A run folder is reused only by the command that started it (its first ``run.json`` launch, ``output_dir``
-    and ``resume`` aside)."""
-    path = where / "run.json"
-    if not path.exists():
-        return
-    keep = lambda args: [a for a in args if not a.startswith(("output_dir=", "resume="))]  # noqa: E731
-    first = json.loads(path.read_text())[0]["argv"][1:]
-    if keep(first) != keep(cmd[3:]):
-        raise UsageError(f"{where} was trained by `selfevo {' '.join(first)}`, not `{effect.shown(cmd)}`: "
-                         f"use another --out")
-
-
 # ---- runs -------------------------------------------------------------------------------------------------------
 def run_all(methods: list[str], preset: str, seeds: list[int], n: int, benchmarks: list[str], out: Path,
             train: dict[str, list[str]], evals: list[str]) -> dict:
@@ -174,7 +161,7 @@ def run_all(methods: list[str], preset: str, seeds: list[int], n: int, benchmark
     runs = [(m, seed, out / (m + scale.suffix) / f"seed{seed}") for m in methods for seed in seeds]
     commands = {}
     for m, seed, where in runs:
-        check_same_command(where, rows[m].command(where, seed))
+        effect.check_same_command(where, rows[m].command(where, seed))
         commands[m, seed] = effect.train(rows[m], where, seed, True)
     # one selfevo eval (one model load) per model over every benchmark it lacks
     base = effect.evaluate_all(out / effect.eval_folder("base" + scale.suffix, evals), n, [], True, benchmarks,

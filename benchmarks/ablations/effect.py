@@ -9,8 +9,10 @@
 1. *Before*, once: ``selfevo eval benchmark=arith setup=vanilla`` of the untrained embedded model on the first
    ``--n`` held-out ``arith`` test items, greedy (``<out>/base``).
 2. Per row (:data:`ROWS`) and seed: its training command with ``seed=S`` in ``<out>/<row>/seed<S>`` (resumable:
-   a run that stopped is continued with ``resume=true``; a finished one is reused). All train on ``arith:train``,
-   disjoint from the held-out items by construction.
+   a run that stopped is continued with ``resume=true``; a finished one is reused; a folder started by another
+   command is a one-line error). A row that continues another (``sage_64``) starts from a copy of that row's run of
+   the same seed where one is in ``--out``. All train on ``arith:train``, disjoint from the held-out items by
+   construction.
 3. *After*: the same evaluation with the run's final adapter (``<out>/<row>/seed<S>/eval``).
 
 A row's result is over its seeds: each seed's accuracy and paired change, and the paired change of the
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -49,7 +52,8 @@ RESULTS = Path("benchmarks/results")
 class Row:
     """One trained variant: ``selfevo run <recipe> --preset <preset> <overrides>`` (or ``script`` run with the run
     directory and seed), evaluated with ``adapter`` (relative to the run directory); ``curve`` names its per-step
-    training metrics for the plot, ``about`` what it tests."""
+    training metrics for the plot, ``about`` what it tests. A row that ``continues`` another (``sage_64``: the
+    ``sage`` command with more steps) starts from a copy of that row's run of the same seed (:func:`start_from`)."""
 
     recipe: str
     overrides: tuple[str, ...] = ()
@@ -58,6 +62,7 @@ class Row:
     curve: tuple[str, ...] = ("reward.agent0",)
     about: str = ""
     script: tuple[str, ...] = ()
+    continues: str = ""  # a row whose run of the same seed this one continues (a longer run of the same command)
 
     def command(self, out: Path, seed: int, extra: tuple[str, ...] = ()) -> list[str]:
         """The training command of one seed; ``extra`` (``--set``) follows the row's own overrides."""
@@ -88,8 +93,7 @@ LEARNS = ("trainer.lr=5e-4", "reward.normalise=agent_role")
 
 ROWS: dict[str, Row] = {
     "comas": Row("comas", curve=COMAS_CURVE, about="CoMAS, the agents' own scores (Eq. 7-8)"),
-    **{f"comas_judge_{p}": comas_judge(p, about=f"CoMAS with a judge of accuracy {p} in the scorer's place")
-       for p in ("1.0", "0.8", "0.65")},
+    "comas_judge_1.0": comas_judge("1.0", about="CoMAS with a perfect judge in the scorer's place"),
     "comas_judge_1.0_lr5e-4": comas_judge("1.0", "trainer.lr=5e-4",
                                           about="CoMAS, a perfect judge, at GRPO's LoRA rate (5e-4)"),
     "comas_judge_1.0_lr5e-4_role": comas_judge("1.0", *LEARNS, about="the same, advantages whitened per role (not "
@@ -99,7 +103,7 @@ ROWS: dict[str, Row] = {
     "comas_lr5e-4_role": Row("comas", LEARNS, curve=COMAS_CURVE,
                              about="CoMAS, the agents' own scores, lr 5e-4, per-role whitening"),
     "sage": Row("sage", about="SAGE, all four roles", **SAGE),
-    "sage_64": Row("sage", ("trainer.max_steps=64",), about="SAGE to 64 steps", **SAGE),
+    "sage_64": Row("sage", ("trainer.max_steps=64",), about="SAGE to 64 steps", continues="sage", **SAGE),
     "sage_no_challenger": Row("sage", ("protocol.train_challenger=false",), about="no Challenger training", **SAGE),
     "sage_no_critic": Row("sage", ("protocol.train_critic=false",), about="no Critic training", **SAGE),
     "sage_no_planner": Row("sage", ("protocol.plan=false",), about="no Planner (the Solver answers alone)", **SAGE),
@@ -126,6 +130,62 @@ def shown(cmd: list[str]) -> str:
 
 
 # ---- evaluations and runs ---------------------------------------------------------------------------------------
+def check_same_command(where: Path, cmd: list[str]) -> None:
+    """A run folder is reused only by the command that started it (its first ``run.json`` launch, ``output_dir``
+    and ``resume`` aside)."""
+    path = where / "run.json"
+    if not path.exists():
+        return
+    keep = lambda args: [a for a in args if not a.startswith(("output_dir=", "resume="))]  # noqa: E731
+    first = json.loads(path.read_text())[0]["argv"][1:]
+    if keep(first) != keep(cmd[3:]):
+        raise UsageError(f"{where} was trained by `selfevo {' '.join(first)}`, not `{shown(cmd)}`: "
+                         f"use another --out")
+
+
+def start_from(source: Path, where: Path) -> bool:
+    """Begin the run folder ``where`` as a copy of ``source``, a run of the row it continues (``sage`` for
+    ``sage_64``), without ``source``'s final adapter and evaluations: the longer command then resumes it from its
+    last checkpoint, which computes what one longer run computes where the rate is constant and data and sampling
+    are seeded by step (tests/algorithms/test_sage.py: a run resumed to more steps is the uninterrupted run). False,
+    and nothing copied, where ``where`` exists or ``source`` has no checkpoint."""
+    if where.exists() or not (source / "checkpoint" / "state.json").exists():
+        return False
+
+    def skip(folder: str, names: list[str]) -> list[str]:
+        here = Path(folder)
+        return [n for n in names if (here == source and n.startswith("eval")) or
+                (here == source / "adapters" and n == "final")]
+
+    partial = where.with_name(where.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(source, partial, ignore=skip)
+    partial.rename(where)  # a copy cut short is never taken for a run
+    return True
+
+
+def first_command(row: Row, out: Path, name: str, seed: int, extra: tuple[str, ...] = ()) -> list[str]:
+    """The command the seed folder of ``row`` (``out/name/seed<S>``) must have been started by: its own, or for a
+    row that continues another, that row's where :func:`start_from` copied (or had copied) a run of it."""
+    where = out / name / f"seed{seed}"
+    own = row.command(where, seed, extra)
+    if not row.continues:
+        return own
+    source = out / row.continues / f"seed{seed}"
+    theirs = ROWS[row.continues].command(source, seed, extra)
+    if (source / "run.json").exists() and _launched_by(source, theirs):
+        start_from(source, where)
+    return theirs if (where / "run.json").exists() and _launched_by(where, theirs) else own
+
+
+def _launched_by(where: Path, cmd: list[str]) -> bool:
+    try:
+        check_same_command(where, cmd)
+    except UsageError:
+        return False
+    return True
+
+
 def eval_args(n: int, bench: str = BENCH, settings: list[str] | tuple[str, ...] = EVAL) -> list[str]:
     """``selfevo eval``'s keys for the first ``n`` held-out items of ``bench`` (``n`` 0: all of them)."""
     return [f"benchmark={bench}", *([f"limit={n}"] if n else []), *settings]
@@ -307,6 +367,17 @@ def missing_seeds(methods: dict, rows, want: int = 3) -> list[tuple[str, int, fl
     return todo
 
 
+def todo_line(name: str, seed: int, seconds: float | None, methods: dict, out: Path) -> str:
+    """One ``--todo`` line: the run, its row's recorded mean training time, and for a row that continues another
+    the part of it that row's run of the same seed in ``out`` already holds (:func:`start_from` reuses it)."""
+    line = f"{name}:{seed}" + (f"  ~{seconds / 60:.0f} min training" if seconds else "  (no recorded run)")
+    src = ROWS[name].continues
+    done = ((methods.get(src) or {}).get("per_seed") or {}).get(str(seed), {}).get("train_s")
+    if src and done and (out / src / f"seed{seed}" / "checkpoint" / "state.json").exists():
+        line += f", ~{done / 60:.0f} of them done: it continues {out / src / f'seed{seed}'}"
+    return line
+
+
 def _item_mean(lists: list[list[float]]) -> list[float]:
     return [sum(col) / len(col) for col in zip(*lists)]
 
@@ -436,7 +507,7 @@ def main() -> None:
             raise UsageError(f"--todo takes a number of seeds >= 1, not {args.todo}")
         todo = missing_seeds(record["methods"], ROWS, args.todo)
         for name, seed, seconds in todo:
-            print(f"{name}:{seed}" + (f"  ~{seconds / 60:.0f} min training" if seconds else "  (no recorded run)"))
+            print(todo_line(name, seed, seconds, record["methods"], Path(args.out)))
         known = [s for _, _, s in todo if s]
         print(f"{len(todo)} runs; {sum(known) / 3600:.1f} h of recorded training time for {len(known)} of them")
         return
@@ -454,6 +525,7 @@ def main() -> None:
             row, seeds = ROWS[name], {}
             for seed in args.seeds:
                 where = out / name / f"seed{seed}"
+                check_same_command(where, first_command(row, out, name, seed, tuple(args.set)))
                 command = train(row, where, seed, True, tuple(args.set))
                 done = after_record(row, where, args.n, base, command, BENCH, settings,
                                     eval_folder("eval", args.eval_set))

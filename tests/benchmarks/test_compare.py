@@ -101,10 +101,10 @@ def test_a_folder_trained_by_another_command_is_refused(tmp_path):
     where.mkdir(parents=True)
     argv = ["selfevo", "run", "sage", "--preset", "cpu-learn", "seed=0", f"output_dir={where}"]
     (where / "run.json").write_text(json.dumps([{"argv": argv}, {"argv": [*argv, "resume=true", "x=1"]}]))
-    compare.check_same_command(where, row.command(where, 0))  # the same command: reused
+    effect.check_same_command(where, row.command(where, 0))  # the same command: reused
     other = compare.method_row("sage", "cpu-learn", ["trainer.max_steps=64"])
     with pytest.raises(UsageError, match="was trained by `selfevo run sage --preset cpu-learn seed=0"):
-        compare.check_same_command(where, other.command(where, 0))
+        effect.check_same_command(where, other.command(where, 0))
 
 
 # ---- tables from per-item records (hand-worked) -------------------------------------------------------------------

@@ -164,3 +164,78 @@ def test_missing_seeds_lists_the_lowest_unrecorded_seeds_with_the_rows_mean_time
         ("d", 2, None)]
     assert effect.missing_seeds(methods, ["a"], want=1) == [] and effect.missing_seeds(methods, ["a"], 4) == [
         ("a", 1, 200.0), ("a", 3, 200.0)]
+
+
+# ---- a row that continues another (sage_64: the sage command to 64 steps) ----------------------------------------
+def _run_folder(where: Path, argv: list[str]) -> None:
+    """A finished run folder as the loop leaves it: launch, checkpoint, step adapter, final adapter, evaluation."""
+    for sub in ("checkpoint", "adapters/step_31/sage", "adapters/final/sage", "eval-model.dtype-float32"):
+        (where / sub).mkdir(parents=True)
+    (where / "run.json").write_text(json.dumps([{"argv": argv}]))
+    (where / "checkpoint" / "state.json").write_text('{"step": 31}')
+    (where / "metrics.jsonl").write_text('{"step": 31}\n')
+    (where / "adapters" / "final" / "sage" / "adapter_config.json").write_text("{}")
+
+
+def _sage_argv(where: Path, seed: int, *extra: str) -> list[str]:
+    return ["selfevo", "run", "sage", "--preset", "cpu-learn", *extra, f"seed={seed}", f"output_dir={where}"]
+
+
+def test_a_continued_run_starts_as_a_copy_without_the_final_adapter_and_evaluations(tmp_path):
+    source, where = tmp_path / "sage" / "seed1", tmp_path / "sage_64" / "seed1"
+    _run_folder(source, _sage_argv(source, 1))
+    assert effect.start_from(source, where)
+    assert (where / "checkpoint" / "state.json").read_text() == '{"step": 31}'
+    assert (where / "adapters" / "step_31" / "sage").is_dir() and (where / "metrics.jsonl").exists()
+    assert not (where / "adapters" / "final").exists() and not list(where.glob("eval*"))
+    assert not effect.ROWS["sage_64"].finished(where) and effect.ROWS["sage"].finished(source)  # source untouched
+    assert not where.with_name("seed1.partial").exists()
+    assert not effect.start_from(source, where)  # an existing folder is never overwritten
+    assert not effect.start_from(tmp_path / "nothing", tmp_path / "sage_64" / "seed2")  # no checkpoint: no copy
+    assert not (tmp_path / "sage_64" / "seed2").exists()
+
+
+def test_first_command_copies_only_a_run_of_the_continued_rows_command(tmp_path):
+    row, extra = effect.ROWS["sage_64"], ("model.dtype=float32",)
+    one = tmp_path / "sage" / "seed1"
+    _run_folder(one, _sage_argv(one, 1, "model.dtype=float32"))
+    cmd = effect.first_command(row, tmp_path, "sage_64", 1, extra)
+    assert effect.shown(cmd).startswith("selfevo run sage --preset cpu-learn model.dtype=float32 seed=1")
+    assert (tmp_path / "sage_64" / "seed1" / "checkpoint").is_dir()
+    effect.check_same_command(tmp_path / "sage_64" / "seed1", cmd)  # the copy passes as this row's run
+    two = tmp_path / "sage" / "seed2"
+    _run_folder(two, _sage_argv(two, 2))  # trained without model.dtype=float32: another command, not copied
+    cmd = effect.first_command(row, tmp_path, "sage_64", 2, extra)
+    assert "trainer.max_steps=64" in cmd and not (tmp_path / "sage_64" / "seed2").exists()
+    assert effect.first_command(effect.ROWS["sage"], tmp_path, "sage", 1, extra) == effect.ROWS["sage"].command(
+        one, 1, extra)
+
+
+def test_a_continued_row_is_its_sources_command_with_more_steps_at_a_constant_rate():
+    """What makes a continued run the longer run: the same keys but ``trainer.max_steps``, no schedule that
+    depends on the run's length, no warm-up."""
+    from selfevo.algorithms import RECIPES
+    from selfevo.config import load_config
+
+    for name, row in effect.ROWS.items():
+        if not row.continues:
+            continue
+        src = effect.ROWS[row.continues]
+        assert (row.recipe, row.preset, row.adapter) == (src.recipe, src.preset, src.adapter)
+        schema = RECIPES.get(row.recipe).config_class()
+        long, short = (load_config(schema, r.recipe, r.preset, r.overrides) for r in (row, src))
+        assert long.trainer.max_steps > short.trainer.max_steps
+        assert long.trainer.lr_schedule == "constant" and long.trainer.warmup_steps == 0
+        long.trainer.max_steps = short.trainer.max_steps
+        assert long == short, name
+
+
+def test_todo_says_how_much_of_a_continued_run_is_done(tmp_path):
+    methods = {"sage": {"per_seed": {"1": {"train_s": 3600.0}}}}
+    source = tmp_path / "sage" / "seed1"
+    assert effect.todo_line("sage_64", 1, 9000.0, methods, tmp_path) == "sage_64:1  ~150 min training"
+    _run_folder(source, _sage_argv(source, 1))
+    assert effect.todo_line("sage_64", 1, 9000.0, methods, tmp_path) == (
+        f"sage_64:1  ~150 min training, ~60 of them done: it continues {source}")
+    assert effect.todo_line("sage_64", 2, None, methods, tmp_path) == "sage_64:2  (no recorded run)"
+    assert effect.todo_line("azr", 1, 60.0, methods, tmp_path) == "azr:1  ~1 min training"
