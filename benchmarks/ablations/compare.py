@@ -19,7 +19,9 @@ What ``--preset`` means (:data:`SCALES`), for every method at once:
   ``selfevo/configs/<method>/cpu-learn.yaml``), evaluated as ``effect.py`` evaluates: the first ``--n`` (500)
   held-out ``arith`` items, greedy, 256 new tokens. The runs are ``effect.py``'s rows ``sage``, ``azr``, ``mae`` and
   ``grpo``, the same commands in the same folders (``<out>/<method>/seed<S>``, ``<out>/base``): ``--out runs/effect``
-  reuses what ``effect.py`` trained and evaluated there, and the reverse.
+  reuses what ``effect.py`` trained and evaluated there, and the reverse: this script writes only
+  ``compare_<preset>.json``; ``effect.py --rows mae --seeds 0 --out runs/effect`` (the same ``--set`` and
+  ``--eval-set``) then merges a run into ``effect.json`` without training or evaluating it again.
 * ``paper``: each method's ``paper`` preset on Qwen2.5-3B-Instruct (Table 1's first backbone), AZR moved to the
   setting of SAGE's Table 1 (its own preset is the AZR paper's: Qwen2.5-7B base, 500 steps); evaluated on Table 1's
   nine benchmarks (all items; ``--benchmark`` picks some), greedy, vLLM, answers up to 8192 tokens (SAGE Table 4).
