@@ -132,9 +132,9 @@ def shown(cmd: list[str]) -> str:
 # ---- evaluations and runs ---------------------------------------------------------------------------------------
 def check_same_command(where: Path, cmd: list[str]) -> None:
     """A run folder is reused only by the command that started it (its first ``run.json`` launch, ``output_dir``
-    and ``resume`` aside)."""
+    and ``resume`` aside); a script's folder (``trl_grpo``) has no ``run.json`` to check."""
     path = where / "run.json"
-    if not path.exists():
+    if not path.exists() or cmd[1:3] != ["-m", "selfevo.cli"]:
         return
     keep = lambda args: [a for a in args if not a.startswith(("output_dir=", "resume="))]  # noqa: E731
     first = json.loads(path.read_text())[0]["argv"][1:]
