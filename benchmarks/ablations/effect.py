@@ -4,7 +4,8 @@
                                                     [--eval-set K=V ...]
     .venv/bin/python benchmarks/ablations/effect.py --table-only      # rebuild the table and plot from effect.json
     .venv/bin/python benchmarks/ablations/effect.py --list            # the rows and their training commands
-    .venv/bin/python benchmarks/ablations/effect.py --todo [3]        # the row:seed runs each row lacks for 3 seeds
+    .venv/bin/python benchmarks/ablations/effect.py --todo [3]        # the row:seed runs each row lacks for 3 seeds,
+                                                                      # with what of them is on disk
 
 1. *Before*, once: ``selfevo eval benchmark=arith setup=vanilla`` of the untrained embedded model on the first
    ``--n`` held-out ``arith`` test items, greedy (``<out>/base``).
@@ -368,9 +369,16 @@ def missing_seeds(methods: dict, rows, want: int = 3) -> list[tuple[str, int, fl
 
 
 def todo_line(name: str, seed: int, seconds: float | None, methods: dict, out: Path) -> str:
-    """One ``--todo`` line: the run, its row's recorded mean training time, and for a row that continues another
-    the part of it that row's run of the same seed in ``out`` already holds (:func:`start_from` reuses it)."""
+    """One ``--todo`` line: the run, its row's recorded mean training time, and the part of it already on disk: the
+    steps its own run folder in ``out`` holds (a stopped run resumes there), or for a row that continues another
+    the part that row's run of the same seed holds (:func:`start_from` reuses it)."""
     line = f"{name}:{seed}" + (f"  ~{seconds / 60:.0f} min training" if seconds else "  (no recorded run)")
+    own = out / name / f"seed{seed}" / "checkpoint" / "state.json"
+    if own.exists():
+        state = json.loads(own.read_text())
+        steps = state.get("config", {}).get("trainer", {}).get("max_steps")
+        done = f"{state['step'] + 1}" + (f" of {steps}" if steps else "")
+        return line + f", {done} steps on disk: it resumes {own.parent.parent}"
     src = ROWS[name].continues
     done = ((methods.get(src) or {}).get("per_seed") or {}).get(str(seed), {}).get("train_s")
     if src and done and (out / src / f"seed{seed}" / "checkpoint" / "state.json").exists():

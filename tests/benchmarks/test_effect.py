@@ -172,7 +172,7 @@ def _run_folder(where: Path, argv: list[str]) -> None:
     for sub in ("checkpoint", "adapters/step_31/sage", "adapters/final/sage", "eval-model.dtype-float32"):
         (where / sub).mkdir(parents=True)
     (where / "run.json").write_text(json.dumps([{"argv": argv}]))
-    (where / "checkpoint" / "state.json").write_text('{"step": 31}')
+    (where / "checkpoint" / "state.json").write_text('{"step": 31, "config": {"trainer": {"max_steps": 32}}}')
     (where / "metrics.jsonl").write_text('{"step": 31}\n')
     (where / "adapters" / "final" / "sage" / "adapter_config.json").write_text("{}")
 
@@ -185,7 +185,7 @@ def test_a_continued_run_starts_as_a_copy_without_the_final_adapter_and_evaluati
     source, where = tmp_path / "sage" / "seed1", tmp_path / "sage_64" / "seed1"
     _run_folder(source, _sage_argv(source, 1))
     assert effect.start_from(source, where)
-    assert (where / "checkpoint" / "state.json").read_text() == '{"step": 31}'
+    assert (where / "checkpoint" / "state.json").read_text() == (source / "checkpoint" / "state.json").read_text()
     assert (where / "adapters" / "step_31" / "sage").is_dir() and (where / "metrics.jsonl").exists()
     assert not (where / "adapters" / "final").exists() and not list(where.glob("eval*"))
     assert not effect.ROWS["sage_64"].finished(where) and effect.ROWS["sage"].finished(source)  # source untouched
@@ -230,7 +230,7 @@ def test_a_continued_row_is_its_sources_command_with_more_steps_at_a_constant_ra
         assert long == short, name
 
 
-def test_todo_says_how_much_of_a_continued_run_is_done(tmp_path):
+def test_todo_says_how_much_of_a_run_is_on_disk(tmp_path):
     methods = {"sage": {"per_seed": {"1": {"train_s": 3600.0}}}}
     source = tmp_path / "sage" / "seed1"
     assert effect.todo_line("sage_64", 1, 9000.0, methods, tmp_path) == "sage_64:1  ~150 min training"
@@ -239,3 +239,11 @@ def test_todo_says_how_much_of_a_continued_run_is_done(tmp_path):
         f"sage_64:1  ~150 min training, ~60 of them done: it continues {source}")
     assert effect.todo_line("sage_64", 2, None, methods, tmp_path) == "sage_64:2  (no recorded run)"
     assert effect.todo_line("azr", 1, 60.0, methods, tmp_path) == "azr:1  ~1 min training"
+    stopped = tmp_path / "azr" / "seed1" / "checkpoint"  # a run stopped after 5 of its 32 steps
+    stopped.mkdir(parents=True)
+    (stopped / "state.json").write_text(json.dumps({"step": 4, "config": {"trainer": {"max_steps": 32}}}))
+    assert effect.todo_line("azr", 1, 60.0, methods, tmp_path) == (
+        f"azr:1  ~1 min training, 5 of 32 steps on disk: it resumes {stopped.parent}")
+    _run_folder(tmp_path / "sage_64" / "seed1", _sage_argv(tmp_path / "sage_64" / "seed1", 1))  # own folder first
+    assert effect.todo_line("sage_64", 1, 9000.0, methods, tmp_path) == (
+        f"sage_64:1  ~150 min training, 32 of 32 steps on disk: it resumes {tmp_path / 'sage_64' / 'seed1'}")
