@@ -165,14 +165,19 @@ def start_from(source: Path, where: Path) -> bool:
     return True
 
 
+def seed_folder(out: Path, name: str, seed: int) -> Path:
+    """The run folder of row ``name``'s seed ``seed`` under ``out``."""
+    return out / name / f"seed{seed}"
+
+
 def first_command(row: Row, out: Path, name: str, seed: int, extra: tuple[str, ...] = ()) -> list[str]:
     """The command the seed folder of ``row`` (``out/name/seed<S>``) must have been started by: its own, or for a
     row that continues another, that row's where :func:`start_from` copied (or had copied) a run of it."""
-    where = out / name / f"seed{seed}"
+    where = seed_folder(out, name, seed)
     own = row.command(where, seed, extra)
     if not row.continues:
         return own
-    source = out / row.continues / f"seed{seed}"
+    source = seed_folder(out, row.continues, seed)
     theirs = ROWS[row.continues].command(source, seed, extra)
     if (source / "run.json").exists() and _launched_by(source, theirs):
         start_from(source, where)
@@ -373,16 +378,17 @@ def todo_line(name: str, seed: int, seconds: float | None, methods: dict, out: P
     steps its own run folder in ``out`` holds (a stopped run resumes there), or for a row that continues another
     the part that row's run of the same seed holds (:func:`start_from` reuses it)."""
     line = f"{name}:{seed}" + (f"  ~{seconds / 60:.0f} min training" if seconds else "  (no recorded run)")
-    own = out / name / f"seed{seed}" / "checkpoint" / "state.json"
-    if own.exists():
-        state = json.loads(own.read_text())
+    where, src = seed_folder(out, name, seed), ROWS[name].continues
+    state_file = where / "checkpoint" / "state.json"
+    if state_file.exists():
+        state = json.loads(state_file.read_text())
         steps = state.get("config", {}).get("trainer", {}).get("max_steps")
         done = f"{state['step'] + 1}" + (f" of {steps}" if steps else "")
-        return line + f", {done} steps on disk: it resumes {own.parent.parent}"
-    src = ROWS[name].continues
+        return line + f", {done} steps on disk: it resumes {where}"
     done = ((methods.get(src) or {}).get("per_seed") or {}).get(str(seed), {}).get("train_s")
-    if src and done and (out / src / f"seed{seed}" / "checkpoint" / "state.json").exists():
-        line += f", ~{done / 60:.0f} of them done: it continues {out / src / f'seed{seed}'}"
+    source = seed_folder(out, src, seed) if src else None
+    if source and done and (source / "checkpoint" / "state.json").exists():
+        line += f", ~{done / 60:.0f} of them done: it continues {source}"
     return line
 
 
@@ -532,7 +538,7 @@ def main() -> None:
         for name in args.rows:
             row, seeds = ROWS[name], {}
             for seed in args.seeds:
-                where = out / name / f"seed{seed}"
+                where = seed_folder(out, name, seed)
                 check_same_command(where, first_command(row, out, name, seed, tuple(args.set)))
                 command = train(row, where, seed, True, tuple(args.set))
                 done = after_record(row, where, args.n, base, command, BENCH, settings,
