@@ -375,8 +375,8 @@ def missing_seeds(methods: dict, rows, want: int = 3) -> list[tuple[str, int, fl
 
 def todo_line(name: str, seed: int, seconds: float | None, methods: dict, out: Path) -> str:
     """One ``--todo`` line: the run, its row's recorded mean training time, and the part of it already on disk: the
-    steps its own run folder in ``out`` holds (a stopped run resumes there), or for a row that continues another
-    the part that row's run of the same seed holds (:func:`start_from` reuses it)."""
+    steps its own run folder in ``out`` holds (a stopped run resumes there, a trained one is only evaluated), or for a
+    row that continues another the part that row's run of the same seed holds (:func:`start_from` reuses it)."""
     line = f"{name}:{seed}" + (f"  ~{seconds / 60:.0f} min training" if seconds else "  (no recorded run)")
     where, src = seed_folder(out, name, seed), ROWS[name].continues
     state_file = where / "checkpoint" / "state.json"
@@ -384,6 +384,8 @@ def todo_line(name: str, seed: int, seconds: float | None, methods: dict, out: P
         state = json.loads(state_file.read_text())
         steps = state.get("config", {}).get("trainer", {}).get("max_steps")
         done = f"{state['step'] + 1}" + (f" of {steps}" if steps else "")
+        if ROWS[name].finished(where):
+            return line + f", trained ({done} steps on disk): only its evaluation is left, in {where}"
         return line + f", {done} steps on disk: it resumes {where}"
     done = ((methods.get(src) or {}).get("per_seed") or {}).get(str(seed), {}).get("train_s")
     source = seed_folder(out, src, seed) if src else None

@@ -244,6 +244,12 @@ def test_todo_says_how_much_of_a_run_is_on_disk(tmp_path):
     (stopped / "state.json").write_text(json.dumps({"step": 4, "config": {"trainer": {"max_steps": 32}}}))
     assert effect.todo_line("azr", 1, 60.0, methods, tmp_path) == (
         f"azr:1  ~1 min training, 5 of 32 steps on disk: it resumes {stopped.parent}")
+    (stopped / "state.json").write_text(json.dumps({"step": 31, "config": {"trainer": {"max_steps": 32}}}))
+    (stopped.parent / "adapters" / "final" / "azr").mkdir(parents=True)  # trained: its final adapter is saved
+    (stopped.parent / "adapters" / "final" / "azr" / "adapter_config.json").write_text("{}")
+    assert effect.todo_line("azr", 1, 60.0, methods, tmp_path) == (
+        f"azr:1  ~1 min training, trained (32 of 32 steps on disk): only its evaluation is left, in {stopped.parent}")
     _run_folder(tmp_path / "sage_64" / "seed1", _sage_argv(tmp_path / "sage_64" / "seed1", 1))  # own folder first
     assert effect.todo_line("sage_64", 1, 9000.0, methods, tmp_path) == (
-        f"sage_64:1  ~150 min training, 32 of 32 steps on disk: it resumes {tmp_path / 'sage_64' / 'seed1'}")
+        f"sage_64:1  ~150 min training, trained (32 of 32 steps on disk): only its evaluation is left, in "
+        f"{tmp_path / 'sage_64' / 'seed1'}")
