@@ -373,17 +373,28 @@ def missing_seeds(methods: dict, rows, want: int = 3) -> list[tuple[str, int, fl
     return todo
 
 
+def steps_on_disk(where: Path) -> tuple[int, int | None] | None:
+    """``(steps done, steps planned or None)`` a run folder holds: selfevo's ``checkpoint/state.json`` or, for the
+    TRL script (``trl_grpo``), the newest complete Trainer checkpoint ``trainer/checkpoint-N`` (its
+    ``trainer_state.json`` is written last); None without either."""
+    state_file = where / "checkpoint" / "state.json"
+    if state_file.exists():
+        state = json.loads(state_file.read_text())
+        return state["step"] + 1, state.get("config", {}).get("trainer", {}).get("max_steps")
+    trl = [json.loads(f.read_text()) for f in (where / "trainer").glob("checkpoint-*/trainer_state.json")]
+    newest = max(trl, key=lambda t: t["global_step"], default=None)
+    return (newest["global_step"], newest.get("max_steps")) if newest else None
+
+
 def todo_line(name: str, seed: int, seconds: float | None, methods: dict, out: Path) -> str:
     """One ``--todo`` line: the run, its row's recorded mean training time, and the part of it already on disk: the
     steps its own run folder in ``out`` holds (a stopped run resumes there, a trained one is only evaluated), or for a
     row that continues another the part that row's run of the same seed holds (:func:`start_from` reuses it)."""
     line = f"{name}:{seed}" + (f"  ~{seconds / 60:.0f} min training" if seconds else "  (no recorded run)")
     where, src = seed_folder(out, name, seed), ROWS[name].continues
-    state_file = where / "checkpoint" / "state.json"
-    if state_file.exists():
-        state = json.loads(state_file.read_text())
-        steps = state.get("config", {}).get("trainer", {}).get("max_steps")
-        done = f"{state['step'] + 1}" + (f" of {steps}" if steps else "")
+    on_disk = steps_on_disk(where)
+    if on_disk:
+        done = f"{on_disk[0]}" + (f" of {on_disk[1]}" if on_disk[1] else "")
         if ROWS[name].finished(where):
             return line + f", trained ({done} steps on disk): only its evaluation is left, in {where}"
         return line + f", {done} steps on disk: it resumes {where}"

@@ -253,3 +253,19 @@ def test_todo_says_how_much_of_a_run_is_on_disk(tmp_path):
     assert effect.todo_line("sage_64", 1, 9000.0, methods, tmp_path) == (
         f"sage_64:1  ~150 min training, trained (32 of 32 steps on disk): only its evaluation is left, in "
         f"{tmp_path / 'sage_64' / 'seed1'}")
+
+
+def test_todo_counts_the_steps_of_a_stopped_trl_run(tmp_path):
+    where = tmp_path / "trl_grpo" / "seed1"
+    assert effect.todo_line("trl_grpo", 1, 5760.0, {}, tmp_path) == "trl_grpo:1  ~96 min training"
+    for step in (5, 6):  # TRL's Trainer saved checkpoint-6 whole; checkpoint-7 lacks trainer_state.json (written last)
+        (where / "trainer" / f"checkpoint-{step}").mkdir(parents=True)
+        (where / "trainer" / f"checkpoint-{step}" / "trainer_state.json").write_text(
+            json.dumps({"global_step": step, "max_steps": 24}))
+    (where / "trainer" / "checkpoint-7").mkdir()
+    assert effect.todo_line("trl_grpo", 1, 5760.0, {}, tmp_path) == (
+        f"trl_grpo:1  ~96 min training, 6 of 24 steps on disk: it resumes {where}")
+    (where / "adapter").mkdir()
+    (where / "adapter" / "adapter_config.json").write_text("{}")
+    assert effect.todo_line("trl_grpo", 1, 5760.0, {}, tmp_path) == (
+        f"trl_grpo:1  ~96 min training, trained (6 of 24 steps on disk): only its evaluation is left, in {where}")
