@@ -381,9 +381,23 @@ def steps_on_disk(where: Path) -> tuple[int, int | None] | None:
     if state_file.exists():
         state = json.loads(state_file.read_text())
         return state["step"] + 1, state.get("config", {}).get("trainer", {}).get("max_steps")
-    trl = [json.loads(f.read_text()) for f in (where / "trainer").glob("checkpoint-*/trainer_state.json")]
-    newest = max(trl, key=lambda t: t["global_step"], default=None)
-    return (newest["global_step"], newest.get("max_steps")) if newest else None
+    newest = last_checkpoint(where / "trainer")
+    if newest is None:
+        return None
+    return checkpoint_step(newest), json.loads((newest / "trainer_state.json").read_text()).get("max_steps")
+
+
+def last_checkpoint(folder: Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` of a TRL run (saved after every step, the one before removed), or None.
+    A checkpoint is complete once the Trainer wrote its ``trainer_state.json``, which comes last."""
+    done = [d for d in folder.glob("checkpoint-*") if d.name.split("-")[-1].isdigit()
+            and (d / "trainer_state.json").exists()] if folder.is_dir() else []
+    return max(done, key=checkpoint_step, default=None)
+
+
+def checkpoint_step(checkpoint: Path | None) -> int:
+    """Optimizer steps a checkpoint holds (0 without one)."""
+    return int(checkpoint.name.split("-")[-1]) if checkpoint else 0
 
 
 def todo_line(name: str, seed: int, seconds: float | None, methods: dict, out: Path) -> str:

@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from common import fmt_ci, plot_bands  # noqa: E402
-from effect import head_to_head  # noqa: E402
+from effect import checkpoint_step, head_to_head, last_checkpoint  # noqa: E402
 
 PRESET = "cpu-learn"
 RESULTS = Path("benchmarks/results")
@@ -94,19 +94,6 @@ def trl_main(out: Path, seed: int, overrides: list[str]) -> None:
                                                  target_modules=lora.target_modules, task_type="CAUSAL_LM"))
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     trainer.model.save_pretrained(str(out / "adapter"))
-
-
-def last_checkpoint(folder: Path) -> Path | None:
-    """The newest complete ``checkpoint-N`` of a TRL run (saved after every step, the one before removed), or None.
-    A checkpoint is complete once the Trainer wrote its ``trainer_state.json``, which comes last."""
-    done = [d for d in folder.glob("checkpoint-*") if d.name.split("-")[-1].isdigit()
-            and (d / "trainer_state.json").exists()] if folder.is_dir() else []
-    return max(done, key=checkpoint_step, default=None)
-
-
-def checkpoint_step(checkpoint: Path | None) -> int:
-    """Optimizer steps a checkpoint holds (0 without one)."""
-    return int(checkpoint.name.split("-")[-1]) if checkpoint else 0
 
 
 def _trl_step_line(step: int, logs: dict, seconds: float) -> dict:
