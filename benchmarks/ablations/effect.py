@@ -197,6 +197,11 @@ def eval_args(n: int, bench: str = BENCH, settings: list[str] | tuple[str, ...] 
     return [f"benchmark={bench}", *([f"limit={n}"] if n else []), *settings]
 
 
+def eval_command(n: int, bench: str = BENCH, settings: list[str] | tuple[str, ...] = EVAL) -> str:
+    """The evaluation as recorded in effect.json (a base's ``command``, a seed's ``eval``)."""
+    return "selfevo eval " + " ".join(eval_args(n, bench, settings))
+
+
 def evaluate(out: Path, n: int, extra: list[str], run: bool, bench: str = BENCH,
              settings: list[str] | tuple[str, ...] = EVAL) -> list[dict] | None:
     """Per-item records (held-out order: ``correct`` 0/1, ``chars`` of the answer) of one evaluation, running it
@@ -249,14 +254,14 @@ def _records(items: Path, n: int) -> list[dict] | None:
 def base_record(base: list[dict], n: int, bench: str = BENCH, settings: list[str] | tuple[str, ...] = EVAL) -> dict:
     """The untrained model's record: per-item 0/1, mean answer characters, the command."""
     return {"items": [b["correct"] for b in base], "answer_chars": round(sum(b["chars"] for b in base) / len(base), 1),
-            "command": "selfevo eval " + " ".join(eval_args(n, bench, settings))}
+            "command": eval_command(n, bench, settings)}
 
 
 def recorded_base(record: dict, n: int, settings: list[str] | tuple[str, ...] = EVAL) -> list[dict] | None:
     """The untrained model's per-item records from effect.json when it holds the same evaluation of ``n`` items
     (``base``, or for other evaluation keys ``bases[command]``; rows are paired with the base they were recorded
     with; a new machine need not re-evaluate it), else None."""
-    command = "selfevo eval " + " ".join(eval_args(n, BENCH, settings))
+    command = eval_command(n, BENCH, settings)
     base = record.get("base") or {}
     if base.get("command") != command:
         base = (record.get("bases") or {}).get(command) or {}
@@ -336,6 +341,15 @@ def merge_seeds(name: str, old: dict[str, dict], new: dict[str, dict], command: 
         raise UsageError(f"row {name}: seeds {', '.join(other)} were evaluated with other keys than {command!r} "
                          f"(--eval-set): one row pairs with one base")
     return merged
+
+
+def check_rows_pair(record: dict, rows: list[str], seeds: list[int], command: str) -> None:
+    """Before any evaluation or training: the seeds each of ``rows`` keeps (those not run now) must have been
+    evaluated with ``command``, this run's base, as :func:`merge_seeds` would refuse them only after the work."""
+    default = (record.get("base") or {}).get("command", command)
+    for name in rows:
+        kept = {s: r for s, r in record["methods"].get(name, {}).get("per_seed", {}).items() if int(s) not in seeds}
+        merge_seeds(name, kept, {}, command, default)
 
 
 def row_summary(base: dict, seeds: dict[str, dict], about: str = "", agent: str = "") -> dict:
@@ -554,6 +568,7 @@ def main() -> None:
         return
     if not args.table_only:
         out, settings = Path(args.out), (*EVAL, *args.eval_set)
+        check_rows_pair(record, args.rows, args.seeds, eval_command(args.n, BENCH, settings))
         base = recorded_base(record, args.n, settings) or evaluate(out / eval_folder("base", args.eval_set), args.n,
                                                                    [], True, BENCH, settings)
         base_rec = base_record(base, args.n, BENCH, settings)

@@ -150,6 +150,33 @@ def test_a_row_pairs_with_one_base_so_seeds_of_other_evaluations_do_not_merge():
         effect.merge_seeds("sage", old, {}, "B", "A")
 
 
+def test_a_seed_that_would_not_pair_is_refused_before_any_evaluation_or_training(tmp_path, monkeypatch, capsys):
+    """The twentieth session's trl_grpo seed 1: evaluated under --eval-set for 8 minutes, then refused at the merge."""
+    plain = effect.eval_command(2)
+    fp32 = effect.eval_command(2, effect.BENCH, [*effect.EVAL, "model.dtype=float32"])
+    record = {"base": {"items": [1.0, 0.0], "answer_chars": 3.0, "command": plain},
+              "methods": {"trl_grpo": {"per_seed": {"0": {"items": [1.0, 1.0]}}},  # before seeds carried "eval"
+                          "sage": {"per_seed": {"0": {"items": [1.0, 1.0], "eval": fp32}}}}}
+    (tmp_path / "effect.json").write_text(json.dumps(record))
+    ran = []
+    monkeypatch.setattr(effect, "RESULTS", tmp_path)
+    monkeypatch.setattr(effect, "sh", ran.append)
+    monkeypatch.setattr(effect, "train", lambda *a, **k: ran.append(a))
+
+    def run(*argv):
+        monkeypatch.setattr("sys.argv", ["effect.py", "--n", "2", "--out", str(tmp_path / "runs"), *argv])
+        return effect.one_line(effect.main)
+
+    assert run("--rows", "trl_grpo", "--seeds", "1", "--eval-set", "model.dtype=float32") == 2
+    assert "row trl_grpo: seeds 0 were evaluated with other keys" in capsys.readouterr().err
+    assert run("--rows", "sage", "--seeds", "1") == 2
+    assert not ran and not (tmp_path / "runs").exists()
+    # the seed with other keys is the one run again now: allowed (the new seed replaces it)
+    effect.check_rows_pair(record, ["sage"], [0], plain)
+    effect.check_rows_pair(record, ["sage"], [1, 2], fp32)
+    effect.check_rows_pair(record, ["trl_grpo", "new_row"], [1], plain)
+
+
 def test_eval_extra_is_what_an_evaluation_adds_to_the_defaults():
     assert effect.eval_extra(effect.base_record([{"correct": 1.0, "chars": 1}], 1)["command"]) == []
     fp32 = effect.base_record([{"correct": 1.0, "chars": 1}], 1, effect.BENCH, [*effect.EVAL, "model.dtype=float32"])
