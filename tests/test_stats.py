@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from selfevo.stats import paired_difference, wilson
+from selfevo.stats import Z95, paired_difference, seed_interval, t975, wilson
 
 
 def test_wilson_by_hand():
@@ -44,3 +44,41 @@ def test_paired_difference_degenerate_cases():
         paired_difference([1, 0], [1])
     with pytest.raises(ValueError, match="at least one"):
         paired_difference([], [])
+
+
+def _t_cdf(t: float, df: int, n: int = 4000) -> float:
+    """P(T <= t) for t >= 0 by Simpson's rule over Student's density (an independent check of the table)."""
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    f = lambda x: c * (1 + x * x / df) ** (-(df + 1) / 2)  # noqa: E731
+    h = t / n
+    return 0.5 + h / 3 * (f(0) + f(t) + sum((4 if i % 2 else 2) * f(i * h) for i in range(1, n)))
+
+
+def test_t975_is_the_quantile_of_students_density():
+    for df in (1, 2, 3, 5, 10, 29, 30, 31, 60):
+        assert _t_cdf(t975(df), df) == pytest.approx(0.975, abs=2e-6), df
+    assert t975(2) == pytest.approx(4.3027, abs=1e-4)  # the familiar value for three seeds
+    # the expansion beyond the table joins it at 30 and tends to the normal quantile
+    assert abs(t975(31) - 2.039513) < 1e-4 and t975(10**6) == pytest.approx(Z95, abs=1e-5)
+    assert all(t975(d) > t975(d + 1) for d in range(1, 80))
+    with pytest.raises(ValueError):
+        t975(0)
+
+
+def test_seed_interval_by_hand():
+    # changes 1, 2, 3: mean 2, s = 1, half = 4.302653 / sqrt(3) = 2.484138
+    out = seed_interval([1.0, 2.0, 3.0])
+    assert (out["k"], out["mean"], out["sd"]) == (3, pytest.approx(2.0), pytest.approx(1.0))
+    assert (out["low"], out["high"]) == pytest.approx((2 - 2.484138, 2 + 2.484138), abs=1e-6)
+    # two seeds +0.1 and +0.3: mean 0.2, s = 0.141421, half = 12.706205 * 0.141421 / sqrt(2) = 1.270621
+    two = seed_interval([0.1, 0.3])
+    assert (two["low"], two["high"]) == pytest.approx((0.2 - 1.270621, 0.2 + 1.270621), abs=1e-6)
+
+
+def test_seed_interval_degenerate_cases():
+    same = seed_interval([0.05, 0.05, 0.05])  # seeds that agree exactly: a point
+    assert (same["sd"], same["low"], same["high"]) == pytest.approx((0.0, 0.05, 0.05), abs=1e-12)
+    one = seed_interval([0.2])  # one seed: no spread to estimate, so no interval (not a point)
+    assert (one["k"], one["mean"], one["sd"], one["low"], one["high"]) == (1, 0.2, None, None, None)
+    with pytest.raises(ValueError, match="at least one"):
+        seed_interval([])

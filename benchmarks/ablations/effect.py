@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from selfevo.errors import UsageError  # noqa: E402
-from selfevo.stats import paired_difference, wilson  # noqa: E402
+from selfevo.stats import paired_difference, seed_interval, wilson  # noqa: E402
 
 BENCH = "arith"
 EVAL = ["setup=vanilla", "sampling.max_new_tokens=256", "sampling.temperature=0"]
@@ -343,10 +343,27 @@ def merge_seeds(name: str, old: dict[str, dict], new: dict[str, dict], command: 
     return merged
 
 
+def refresh_over_seeds(methods: dict) -> list[str]:
+    """Set each row's :func:`over_seeds` from its seeds (rows merged before the key existed, or by an older copy of
+    this script, lack it); the names of the rows it changed."""
+    changed = []
+    for name, row in methods.items():
+        if row.get("per_seed") and row.get("over_seeds") != (fresh := over_seeds(row["per_seed"])):
+            row["over_seeds"] = fresh
+            changed.append(name)
+    return changed
+
+
+def default_eval(record: dict, command: str) -> str:
+    """The evaluation a recorded seed without its own ``eval`` key was paired with: effect.json's ``base`` (the
+    rows before ``--eval-set`` existed), or ``command`` for a record without one."""
+    return (record.get("base") or {}).get("command", command)
+
+
 def check_rows_pair(record: dict, rows: list[str], seeds: list[int], command: str) -> None:
     """Before any evaluation or training: the seeds each of ``rows`` keeps (those not run now) must have been
     evaluated with ``command``, this run's base, as :func:`merge_seeds` would refuse them only after the work."""
-    default = (record.get("base") or {}).get("command", command)
+    default = default_eval(record, command)
     for name in rows:
         kept = {s: r for s, r in record["methods"].get(name, {}).get("per_seed", {}).items() if int(s) not in seeds}
         merge_seeds(name, kept, {}, command, default)
@@ -354,7 +371,8 @@ def check_rows_pair(record: dict, rows: list[str], seeds: list[int], command: st
 
 def row_summary(base: dict, seeds: dict[str, dict], about: str = "", agent: str = "") -> dict:
     """A row over its seeds: ``before``/``after`` (the seed-averaged per-item accuracy) with Wilson intervals (the
-    after interval: over the rounded count), the paired change of the seed-averaged items, and the seeds' records."""
+    after interval: over the rounded count), the paired change of the seed-averaged items, the t interval of the
+    seeds' own changes (:func:`over_seeds`), and the seeds' records."""
     before = base["items"]
     avg = _item_mean([s["items"] for s in seeds.values()])
     n, d = len(before), paired_difference(before, avg)
@@ -365,7 +383,14 @@ def row_summary(base: dict, seeds: dict[str, dict], about: str = "", agent: str 
             "chars_before": base.get("answer_chars"),
             "chars_after": _mean([s.get("answer_chars") for s in seeds.values()]),
             "train_s": _mean([s.get("train_s") for s in seeds.values()]), "eval": base.get("command"),
-            "per_seed": seeds}
+            "over_seeds": over_seeds(seeds), "per_seed": seeds}
+
+
+def over_seeds(seeds: dict[str, dict]) -> dict | None:
+    """:func:`seed_interval` of the seeds' own changes (each seed's ``diff``): how far the effect moves from one
+    training run to the next, which the paired interval of the seed-averaged items does not count; None without
+    seeds."""
+    return seed_interval([s["diff"] for s in seeds.values()]) if seeds else None
 
 
 def seed_average(row: dict, seeds: list[str]) -> list[float]:
@@ -452,7 +477,7 @@ def _mean(xs):
 
 def table(methods: dict) -> str:
     lines = ["| row | seeds | before | after (seed-avg) | after − before (paired 95%) | items +/− | per seed: after − "
-             "before | answer chars before → after | training s (mean) |", "|---" * 9 + "|"]
+             "before | over seeds (t 95%) | answer chars before → after | training s (mean) |", "|---" * 10 + "|"]
     ci = lambda x: f"[{x[0]:.3f}, {x[1]:.3f}]"  # noqa: E731
     for name, r in methods.items():
         extra = eval_extra(r.get("eval") or "")
@@ -460,9 +485,11 @@ def table(methods: dict) -> str:
         per = r.get("per_seed") or {}
         seeds = ", ".join(f"{p['diff']:+.3f}" for p in per.values()) or "–"
         chars = f"{r['chars_before']} → {r['chars_after']}" if r.get("chars_after") else "–"
+        spread = over_seeds(per)
+        spread = f"[{spread['low']:+.3f}, {spread['high']:+.3f}]" if spread and spread["k"] > 1 else "–"
         lines.append(f"| {name} | {len(per) or '–'} | {r['before']:.3f} {ci(r['before_ci'])} | {r['after']:.3f} "
                      f"{ci(r['after_ci'])} | {r['diff']:+.3f} [{r['diff_low']:+.3f}, {r['diff_high']:+.3f}] | "
-                     f"+{r['improved']}/−{r['worsened']} | {seeds} | {chars} | {r.get('train_s') or '–'} |")
+                     f"+{r['improved']}/−{r['worsened']} | {seeds} | {spread} | {chars} | {r.get('train_s') or '–'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -541,7 +568,8 @@ def main() -> None:
                          "model.dtype=float32 where bf16 is emulated and long answers take hours): the rows are "
                          "paired with a base evaluated under the same keys (effect.json's bases), each evaluation "
                          "in a folder named after its keys")
-    ap.add_argument("--table-only", action="store_true", help="rebuild effect.{md,png} from effect.json alone")
+    ap.add_argument("--table-only", action="store_true", help="rebuild effect.{md,png} from effect.json alone (and each row's over_seeds, "
+                                                                  "derived from its seeds)")
     ap.add_argument("--adapters", action="store_true", help="copy each row's seed-0 adapter into the results")
     ap.add_argument("--list", action="store_true", help="print the rows and their commands")
     ap.add_argument("--todo", type=int, nargs="?", const=3, default=None, metavar="SEEDS",
@@ -576,7 +604,7 @@ def main() -> None:
             record.setdefault("bases", {})[base_rec["command"]] = base_rec
         else:
             record["base"] = base_rec
-        default = (record.get("base") or base_rec)["command"]
+        default = default_eval(record, base_rec["command"])
         for name in args.rows:
             row, seeds = ROWS[name], {}
             for seed in args.seeds:
@@ -598,6 +626,8 @@ def main() -> None:
         if path.exists():  # rows another run of this script wrote meanwhile are kept; this run's replace theirs
             mine = {k: record["methods"][k] for k in [*args.rows, "maestro"] if k in record["methods"]}
             record["methods"] = {**json.loads(path.read_text())["methods"], **mine}
+        path.write_text(json.dumps(record) + "\n")
+    if args.table_only and refresh_over_seeds(record["methods"]):
         path.write_text(json.dumps(record) + "\n")
     md = table(record["methods"])
     (RESULTS / "effect.md").write_text(md)

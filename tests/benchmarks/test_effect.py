@@ -24,6 +24,27 @@ def test_row_summary_pairs_the_seed_averaged_items():
     assert r["diff_low"] == pytest.approx(0.25 - 1.959964 * 0.645497 / 2, abs=1e-5)
     assert (r["improved"], r["worsened"], r["seeds"]) == (2, 1, [0, 1])
     assert (r["chars_before"], r["chars_after"], r["train_s"]) == (400.0, 150.0, 15.0)
+    # both seeds changed by +0.25: no spread between runs, a point (its column shows it)
+    assert (r["over_seeds"]["low"], r["over_seeds"]["high"]) == pytest.approx((0.25, 0.25))
+    assert "| +0.250, +0.250 | [+0.250, +0.250] |" in effect.table({"x": r})
+
+
+def test_the_table_shows_the_spread_between_seeds_which_the_paired_interval_does_not_count():
+    # seeds' changes +0.1, +0.2, +0.3: mean 0.2, s = 0.1, half = t(2) 4.302653 * 0.1 / sqrt(3) = 0.248414
+    seeds = {str(i): {"items": [1.0, 0.0, 1.0, 0.0], "diff": d} for i, d in enumerate((0.1, 0.2, 0.3))}
+    r = effect.row_summary(BASE, seeds)
+    assert (r["over_seeds"]["low"], r["over_seeds"]["high"]) == pytest.approx((-0.048414, 0.448414), abs=1e-6)
+    assert "| +0.100, +0.200, +0.300 | [-0.048, +0.448] |" in effect.table({"x": r})
+    # one seed: no spread to estimate, no interval; a legacy row without seeds: none either
+    one = effect.row_summary(BASE, {"0": seeds["0"]})
+    assert one["over_seeds"]["low"] is None and "| +0.100 | – |" in effect.table({"x": one})
+    legacy = {k: v for k, v in r.items() if k not in ("per_seed", "over_seeds")}
+    assert "| – | – |" in effect.table({"x": legacy})
+    # a row merged before the key existed gets it from its seeds; a row that has it, or has no seeds, is left alone
+    old = {k: v for k, v in r.items() if k != "over_seeds"}
+    methods = {"old": old, "new": dict(r), "legacy": legacy}
+    assert effect.refresh_over_seeds(methods) == ["old"] and methods["old"]["over_seeds"] == r["over_seeds"]
+    assert effect.refresh_over_seeds(methods) == [] and "over_seeds" not in methods["legacy"]
 
 
 def test_row_summary_one_seed_equal_items_is_a_zero_change():
