@@ -3,17 +3,19 @@
 Seeds: each variant runs once per seed in ``<out>/<variant>/seed<S>`` (``seed=S``); a run made before seeds existed,
 directly in ``<out>/<variant>``, counts as seed 0. Tables give, per metric, the mean over seeds and the half-width
 of its 95% t-interval (``0.512 ± 0.034``; one seed: ``0.512 (n=1)``); plots draw the mean curve with the interval
-as a shaded band. The aggregation is small pure functions: :func:`t_critical`, :func:`mean_ci`, :func:`fmt_ci`,
+as a shaded band. The aggregation is small pure functions: :func:`mean_ci` (over ``selfevo.stats``), :func:`fmt_ci`,
 :func:`per_seed`, :func:`band`.
 """
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from selfevo.stats import seed_interval  # noqa: E402
 
 Run = list[dict]  # one run's metrics.jsonl lines
 Stat = Callable[[Run], "float | None"]  # one number per run (e.g. the mean of the last quarter)
@@ -59,37 +61,15 @@ def sweep(recipe: str, out: Path, variants: dict[str, list[str]], seeds: Sequenc
 
 
 # ---- aggregation over seeds (pure) -----------------------------------------------------------------------------
-# two-sided 95% Student-t critical values t_{0.975, df}, df = 1..30
-T95 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010, 2.1788, 2.1604,
-       2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
-       2.0518, 2.0484, 2.0452, 2.0423)
-
-
-def t_critical(df: int) -> float:
-    """t_{0.975, df}: the table for df ≤ 30, beyond it the Cornish-Fisher expansion (error < 1e-5)."""
-    if df < 1:
-        raise ValueError(f"a t-interval needs df >= 1, got {df}")
-    if df <= len(T95):
-        return T95[df - 1]
-    z = 1.959963984540054
-    g1 = (z ** 3 + z) / 4
-    g2 = (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96
-    g3 = (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384
-    return z + g1 / df + g2 / df ** 2 + g3 / df ** 3
-
-
 def mean_ci(xs: Sequence[float | None]) -> tuple[float | None, float | None, int]:
-    """``(mean, half-width of the 95% t-interval, n)`` over the values that are not None; the half-width is None
-    for n < 2, the mean None for n = 0."""
+    """``(mean, half-width of the 95% t-interval, n)`` over the values that are not None (``selfevo.stats.
+    seed_interval``: Student's t at n − 1 degrees of freedom); the half-width is None for n < 2, the mean None for
+    n = 0."""
     v = [float(x) for x in xs if x is not None]
-    n = len(v)
-    if n == 0:
+    if not v:
         return None, None, 0
-    m = sum(v) / n
-    if n == 1:
-        return m, None, 1
-    sd = math.sqrt(sum((x - m) ** 2 for x in v) / (n - 1))
-    return m, t_critical(n - 1) * sd / math.sqrt(n), n
+    s = seed_interval(v)
+    return s["mean"], (None if s["high"] is None else s["high"] - s["mean"]), s["k"]
 
 
 def fmt_ci(xs: Sequence[float | None], digits: int = 3) -> str:

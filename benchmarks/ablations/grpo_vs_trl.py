@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from common import fmt_ci, plot_bands  # noqa: E402
-from effect import checkpoint_step, head_to_head, last_checkpoint  # noqa: E402
+from effect import checkpoint_step, head_to_head, last_checkpoint, over_seeds  # noqa: E402
 
 PRESET = "cpu-learn"
 RESULTS = Path("benchmarks/results")
@@ -163,7 +163,7 @@ def compare(rows: dict, runs: dict[str, dict[str, list[dict]]]) -> dict:
     out = {}
     for name, r in rows.items():
         out[name] = {"seeds": r["seeds"], "before": r["before"], "after": r["after"], "diff": r["diff"],
-                     "diff_low": r["diff_low"], "diff_high": r["diff_high"],
+                     "diff_low": r["diff_low"], "diff_high": r["diff_high"], "over_seeds": over_seeds(r["per_seed"]),
                      "accuracy": {s: p["accuracy"] for s, p in r["per_seed"].items()},
                      "s_per_step": {s: _median([c["step_s"] for c in runs[name].get(s, [])])
                                     for s in r["per_seed"]}}
@@ -173,15 +173,18 @@ def compare(rows: dict, runs: dict[str, dict[str, list[dict]]]) -> dict:
 
 
 def table(result: dict) -> str:
-    lines = ["| trainer | seeds | after per seed | after (seed-avg) | after − before (paired 95%) | s/step (median over "
-             "seeds) |", "|---|---|---|---|---|---|"]
+    lines = ["| trainer | seeds | after per seed | after (seed-avg) | after − before (paired 95%) | over seeds (t 95%) "
+             "| s/step (median over seeds) |", "|---|---|---|---|---|---|---|"]
     for name in ("grpo", "trl_grpo"):
         if name not in result:
             continue
         r = result[name]
         accs = ", ".join(f"{a:.3f}" for a in r["accuracy"].values())
+        spread = r.get("over_seeds")
+        spread = f"[{spread['low']:+.3f}, {spread['high']:+.3f}]" if spread and spread["k"] > 1 else "–"
         lines.append(f"| {name} | {len(r['seeds'])} | {accs} | {r['after']:.3f} | {r['diff']:+.3f} "
-                     f"[{r['diff_low']:+.3f}, {r['diff_high']:+.3f}] | {fmt_ci(list(r['s_per_step'].values()), 1)} |")
+                     f"[{r['diff_low']:+.3f}, {r['diff_high']:+.3f}] | {spread} | "
+                     f"{fmt_ci(list(r['s_per_step'].values()), 1)} |")
     text = "\n".join(lines) + "\n"
     trained = [result[k] for k in ("grpo", "trl_grpo") if k in result]
     if trained:

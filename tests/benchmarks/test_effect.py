@@ -113,6 +113,9 @@ def test_grpo_vs_trl_compares_on_the_seeds_both_have():
     h = out["selfevo_minus_trl"]
     assert h["seeds"] == ["0"] and h["diff"] == 0.0 and (h["improved"], h["worsened"]) == (1, 1)
     assert "selfevo − TRL" in grpo_vs_trl.table(out)
+    # grpo's two seeds both changed by +0.25: a point over seeds; trl_grpo's one seed: no interval
+    assert "| +0.250 [-0.383, +0.883] | [+0.250, +0.250] |" in grpo_vs_trl.table(out)
+    assert out["trl_grpo"]["over_seeds"]["low"] is None
 
 
 def test_grpo_vs_trl_keeps_the_recorded_curve_of_a_seed_whose_run_is_gone(tmp_path):
