@@ -464,10 +464,15 @@ def _item_mean(lists: list[list[float]]) -> list[float]:
 
 def head_to_head(a: dict, b: dict) -> dict | None:
     """``a − b`` (two :func:`row_summary` rows) on the seed-averaged items, over the seeds both have: ``{"seeds",
-    "n", "diff", "low", "high", "improved", "worsened"}`` (improved: items where ``a`` is ahead); None without a
-    common seed."""
+    "n", "diff", "low", "high", "improved", "worsened", "over_seeds"}`` (improved: items where ``a`` is ahead;
+    over_seeds: :func:`seed_interval` of the per-seed gaps, seed s of ``a`` against seed s of ``b``, which train on
+    the same task batches); None without a common seed."""
     both = sorted(set(a["per_seed"]) & set(b["per_seed"]), key=int)
-    return {"seeds": both, **paired_difference(seed_average(b, both), seed_average(a, both))} if both else None
+    if not both:
+        return None
+    gaps = [a["per_seed"][s]["diff"] - b["per_seed"][s]["diff"] for s in both]
+    return {"seeds": both, **paired_difference(seed_average(b, both), seed_average(a, both)),
+            "over_seeds": seed_interval(gaps)}
 
 
 def _mean(xs):

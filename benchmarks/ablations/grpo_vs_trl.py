@@ -191,8 +191,11 @@ def table(result: dict) -> str:
         text += f"\nBefore (the untrained model, greedy): {trained[0]['before']:.3f}.\n"
     if "selfevo_minus_trl" in result:
         h = result["selfevo_minus_trl"]
+        spread = h.get("over_seeds")
+        spread = (f"; over seeds (t 95%, seed s against seed s) [{spread['low']:+.3f}, {spread['high']:+.3f}]"
+                  if spread and spread["k"] > 1 else "")
         text += (f"selfevo − TRL (seed-averaged items, seeds {h['seeds']}): {h['diff']:+.3f} "
-                 f"[{h['low']:+.3f}, {h['high']:+.3f}].\n")
+                 f"[{h['low']:+.3f}, {h['high']:+.3f}]{spread}.\n")
     return text
 
 

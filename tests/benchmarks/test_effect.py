@@ -116,6 +116,13 @@ def test_grpo_vs_trl_compares_on_the_seeds_both_have():
     # grpo's two seeds both changed by +0.25: a point over seeds; trl_grpo's one seed: no interval
     assert "| +0.250 [-0.383, +0.883] | [+0.250, +0.250] |" in grpo_vs_trl.table(out)
     assert out["trl_grpo"]["over_seeds"]["low"] is None
+    assert h["over_seeds"]["k"] == 1 and "over seeds" not in grpo_vs_trl.table(out).split("selfevo − TRL")[1]
+    # two common seeds: gaps +0.25 - 0.0 and +0.25 - 0.5 = +0.25, -0.25: mean 0, s = 0.353553, half = 12.706205 * 0.25
+    trl = effect.row_summary(BASE, {"0": {**SEEDS["0"], "diff": 0.0}, "1": {**SEEDS["1"], "diff": 0.5}})
+    both = grpo_vs_trl.compare({"grpo": rows["grpo"], "trl_grpo": trl}, {"grpo": {}, "trl_grpo": {}})
+    gap = both["selfevo_minus_trl"]["over_seeds"]
+    assert (gap["mean"], gap["low"], gap["high"]) == pytest.approx((0.0, -3.176551, 3.176551), abs=1e-6)
+    assert "over seeds (t 95%, seed s against seed s) [-3.177, +3.177]" in grpo_vs_trl.table(both)
 
 
 def test_grpo_vs_trl_keeps_the_recorded_curve_of_a_seed_whose_run_is_gone(tmp_path):
