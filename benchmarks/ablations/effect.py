@@ -393,6 +393,11 @@ def over_seeds(seeds: dict[str, dict]) -> dict | None:
     return seed_interval([s["diff"] for s in seeds.values()]) if seeds else None
 
 
+def spread_cell(spread: dict | None) -> str | None:
+    """``"[low, high]"`` of an :func:`over_seeds` interval; None for no seeds or one (no spread to estimate)."""
+    return f"[{spread['low']:+.3f}, {spread['high']:+.3f}]" if spread and spread["k"] > 1 else None
+
+
 def seed_average(row: dict, seeds: list[str]) -> list[float]:
     """The per-item accuracy of ``row`` (a :func:`row_summary`) averaged over ``seeds``."""
     return _item_mean([row["per_seed"][s]["items"] for s in seeds])
@@ -490,8 +495,7 @@ def table(methods: dict) -> str:
         per = r.get("per_seed") or {}
         seeds = ", ".join(f"{p['diff']:+.3f}" for p in per.values()) or "–"
         chars = f"{r['chars_before']} → {r['chars_after']}" if r.get("chars_after") else "–"
-        spread = over_seeds(per)
-        spread = f"[{spread['low']:+.3f}, {spread['high']:+.3f}]" if spread and spread["k"] > 1 else "–"
+        spread = spread_cell(over_seeds(per)) or "–"
         lines.append(f"| {name} | {len(per) or '–'} | {r['before']:.3f} {ci(r['before_ci'])} | {r['after']:.3f} "
                      f"{ci(r['after_ci'])} | {r['diff']:+.3f} [{r['diff_low']:+.3f}, {r['diff_high']:+.3f}] | "
                      f"+{r['improved']}/−{r['worsened']} | {seeds} | {spread} | {chars} | {r.get('train_s') or '–'} |")
@@ -573,8 +577,8 @@ def main() -> None:
                          "model.dtype=float32 where bf16 is emulated and long answers take hours): the rows are "
                          "paired with a base evaluated under the same keys (effect.json's bases), each evaluation "
                          "in a folder named after its keys")
-    ap.add_argument("--table-only", action="store_true", help="rebuild effect.{md,png} from effect.json alone (and each row's over_seeds, "
-                                                                  "derived from its seeds)")
+    ap.add_argument("--table-only", action="store_true",
+                    help="rebuild effect.{md,png} from effect.json alone (and each row's over_seeds, from its seeds)")
     ap.add_argument("--adapters", action="store_true", help="copy each row's seed-0 adapter into the results")
     ap.add_argument("--list", action="store_true", help="print the rows and their commands")
     ap.add_argument("--todo", type=int, nargs="?", const=3, default=None, metavar="SEEDS",

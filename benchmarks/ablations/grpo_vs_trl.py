@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from common import fmt_ci, plot_bands  # noqa: E402
-from effect import checkpoint_step, head_to_head, last_checkpoint, over_seeds  # noqa: E402
+from effect import checkpoint_step, head_to_head, last_checkpoint, over_seeds, spread_cell  # noqa: E402
 
 PRESET = "cpu-learn"
 RESULTS = Path("benchmarks/results")
@@ -180,8 +180,7 @@ def table(result: dict) -> str:
             continue
         r = result[name]
         accs = ", ".join(f"{a:.3f}" for a in r["accuracy"].values())
-        spread = r.get("over_seeds")
-        spread = f"[{spread['low']:+.3f}, {spread['high']:+.3f}]" if spread and spread["k"] > 1 else "–"
+        spread = spread_cell(r.get("over_seeds")) or "–"
         lines.append(f"| {name} | {len(r['seeds'])} | {accs} | {r['after']:.3f} | {r['diff']:+.3f} "
                      f"[{r['diff_low']:+.3f}, {r['diff_high']:+.3f}] | {spread} | "
                      f"{fmt_ci(list(r['s_per_step'].values()), 1)} |")
@@ -191,9 +190,8 @@ def table(result: dict) -> str:
         text += f"\nBefore (the untrained model, greedy): {trained[0]['before']:.3f}.\n"
     if "selfevo_minus_trl" in result:
         h = result["selfevo_minus_trl"]
-        spread = h.get("over_seeds")
-        spread = (f"; over seeds (t 95%, seed s against seed s) [{spread['low']:+.3f}, {spread['high']:+.3f}]"
-                  if spread and spread["k"] > 1 else "")
+        spread = spread_cell(h.get("over_seeds"))
+        spread = f"; over seeds (t 95%, seed s against seed s) {spread}" if spread else ""
         text += (f"selfevo − TRL (seed-averaged items, seeds {h['seeds']}): {h['diff']:+.3f} "
                  f"[{h['low']:+.3f}, {h['high']:+.3f}]{spread}.\n")
     return text
