@@ -20,7 +20,9 @@ A row's result is over its seeds: each seed's accuracy and paired change, and th
 seed-averaged per-item accuracy (the headline interval). ``benchmarks/results/effect.json`` keeps everything the
 table and the plot are built from — per-item 0/1 lists of the base model and of every seed, each seed's command,
 steps, training seconds, mean answer length, and its training curve — so ``--table-only`` rebuilds
-``effect.{md,png}`` from committed files alone. Rows a run does not name are kept as they are. MAESTRO's selectors are
+``effect.{md,png}`` from committed files alone. Rows a run does not name are kept as they are; a run merges
+its seeds into effect.json as the file is when the run ends (under a lock), so runs of other seeds of one row
+may overlap in separate processes. MAESTRO's selectors are
 compared on fixed held-out slates by ``maestro_selectors.py`` (its row is read from ``maestro_selectors.json``).
 ``--eval-set`` adds keys to every evaluation of the run, base and rows (``model.dtype=float32`` on a CPU
 that emulates bf16, where 500 long greedy answers take hours): those rows pair with a base evaluated under the same
@@ -33,6 +35,7 @@ folders under the same ``--out``).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import shutil
 import subprocess
@@ -42,6 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from selfevo.errors import UsageError  # noqa: E402
+from selfevo.loop.checkpoint import atomic_write_text  # noqa: E402
 from selfevo.stats import paired_difference, seed_interval, wilson  # noqa: E402
 
 BENCH = "arith"
@@ -354,6 +358,43 @@ def refresh_over_seeds(methods: dict) -> list[str]:
     return changed
 
 
+def merge_record(record: dict, base_rec: dict, other_keys: bool, new: dict[str, dict[str, dict]],
+                 maestro: dict | None) -> None:
+    """Merge one run of this script into ``record``, effect.json as it is when the run ends (read then, not when the
+    run started: another run of the script may have merged seeds of the same row meanwhile, and the last to write
+    must keep them): ``base_rec`` as the base (under ``bases`` when ``other_keys``: --eval-set), each row of ``new``
+    (name: this run's seeds) merged seed by seed into the row's recorded seeds (:func:`merge_seeds`, this run's win)
+    and summed up again over all of them, and the MAESTRO row when there is one."""
+    if other_keys:
+        record.setdefault("bases", {})[base_rec["command"]] = base_rec
+    else:
+        record["base"] = base_rec
+    default = default_eval(record, base_rec["command"])
+    for name, seeds in new.items():
+        row = ROWS[name]
+        merged = merge_seeds(name, (record["methods"].get(name) or {}).get("per_seed", {}), seeds,
+                             base_rec["command"], default)
+        record["methods"][name] = row_summary(base_rec, merged, row.about, row.adapter.rsplit("/", 1)[-1])
+    if maestro is not None:
+        record["methods"]["maestro"] = maestro
+
+
+def update_record(path: Path, change) -> dict:
+    """Read effect.json, ``change`` it in place and write it back (a temporary file and a rename), holding an
+    exclusive lock on a file beside it from the read to the rename, so that runs ending together do not write over
+    each other's rows; the record written."""
+    with open(path.with_name("." + path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = json.loads(path.read_text()) if path.exists() else empty_record()
+        change(record)
+        atomic_write_text(path, json.dumps(record) + "\n")
+    return record
+
+
+def empty_record() -> dict:
+    return {"benchmark": BENCH, "eval": EVAL, "methods": {}}
+
+
 def default_eval(record: dict, command: str) -> str:
     """The evaluation a recorded seed without its own ``eval`` key was paired with: effect.json's ``base`` (the
     rows before ``--eval-set`` existed), or ``command`` for a record without one."""
@@ -593,7 +634,7 @@ def main() -> None:
             print(f"{name:22s} {row.about}\n{'':22s} {command}")
         return
     path = RESULTS / "effect.json"
-    record = json.loads(path.read_text()) if path.exists() else {"benchmark": BENCH, "eval": EVAL, "methods": {}}
+    record = json.loads(path.read_text()) if path.exists() else empty_record()
     if args.todo is not None:
         if args.todo < 1:
             raise UsageError(f"--todo takes a number of seeds >= 1, not {args.todo}")
@@ -609,11 +650,7 @@ def main() -> None:
         base = recorded_base(record, args.n, settings) or evaluate(out / eval_folder("base", args.eval_set), args.n,
                                                                    [], True, BENCH, settings)
         base_rec = base_record(base, args.n, BENCH, settings)
-        if args.eval_set:
-            record.setdefault("bases", {})[base_rec["command"]] = base_rec
-        else:
-            record["base"] = base_rec
-        default = default_eval(record, base_rec["command"])
+        new: dict[str, dict[str, dict]] = {}
         for name in args.rows:
             row, seeds = ROWS[name], {}
             for seed in args.seeds:
@@ -627,15 +664,9 @@ def main() -> None:
                 if args.adapters and seed == 0 and row.finished(where):
                     copy_adapter(where / row.adapter, RESULTS / "adapters" / name)
             if seeds:
-                merged = merge_seeds(name, record["methods"].get(name, {}).get("per_seed", {}), seeds,
-                                     base_rec["command"], default)
-                record["methods"][name] = row_summary(base_rec, merged, row.about, row.adapter.rsplit("/", 1)[-1])
-        if (m := maestro_row()) is not None:
-            record["methods"]["maestro"] = m
-        if path.exists():  # rows another run of this script wrote meanwhile are kept; this run's replace theirs
-            mine = {k: record["methods"][k] for k in [*args.rows, "maestro"] if k in record["methods"]}
-            record["methods"] = {**json.loads(path.read_text())["methods"], **mine}
-        path.write_text(json.dumps(record) + "\n")
+                new[name] = seeds
+        maestro = maestro_row()
+        record = update_record(path, lambda now: merge_record(now, base_rec, bool(args.eval_set), new, maestro))
     if args.table_only and refresh_over_seeds(record["methods"]):
         path.write_text(json.dumps(record) + "\n")
     md = table(record["methods"])

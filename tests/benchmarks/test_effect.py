@@ -327,3 +327,49 @@ def test_todo_counts_the_steps_of_a_stopped_trl_run(tmp_path):
     (where / "adapter" / "adapter_config.json").write_text("{}")
     assert effect.todo_line("trl_grpo", 1, 5760.0, {}, tmp_path) == (
         f"trl_grpo:1  ~96 min training, trained (6 of 24 steps on disk): only its evaluation is left, in {where}")
+
+
+def test_two_runs_of_one_row_that_overlap_keep_both_seeds(tmp_path, monkeypatch):
+    """The twenty-third session's comas seed 0: seed 1's run started before seed 0 merged and, writing last, wrote
+    the row as it had loaded it (without seed 0). Here seed 1's whole run happens while seed 0 trains."""
+    command = effect.eval_command(2)
+    base = {"items": [0.0, 1.0], "answer_chars": 3.0, "command": command}
+    sage = effect.row_summary(base, {"2": {"items": [1.0, 1.0], "diff": 0.5, "eval": command}})
+    (tmp_path / "effect.json").write_text(json.dumps({"base": base, "methods": {"sage": sage}}))
+    monkeypatch.setattr(effect, "RESULTS", tmp_path)
+    monkeypatch.setattr(effect, "maestro_row", lambda: None)
+    items = {0: [1.0, 1.0], 1: [0.0, 0.0]}
+
+    def run(seed):
+        monkeypatch.setattr("sys.argv", ["effect.py", "--n", "2", "--out", str(tmp_path / "runs"), "--rows", "comas",
+                                         "--seeds", str(seed)])
+        assert effect.one_line(effect.main) == 0
+
+    def train(row, where, seed, run_it, extra=()):
+        if seed == 0:
+            run(1)  # the other process: loads effect.json after this one, trains, merges and ends first
+        return f"train {seed}"
+
+    def after_record(row, where, n, base, cmd, *rest):
+        seed = int(cmd.split()[-1])
+        return effect.seed_record(base, [{"correct": c, "chars": 4} for c in items[seed]], cmd, [])
+
+    monkeypatch.setattr(effect, "train", train)
+    monkeypatch.setattr(effect, "after_record", after_record)
+    run(0)
+    written = json.loads((tmp_path / "effect.json").read_text())
+    row = written["methods"]["comas"]
+    assert sorted(row["per_seed"]) == ["0", "1"] and row["seeds"] == [0, 1]
+    assert row["per_seed"]["0"]["items"] == [1.0, 1.0] and row["per_seed"]["1"]["items"] == [0.0, 0.0]
+    # rebuilt over both seeds: seed-averaged items [0.5, 0.5] against the base [0, 1]
+    assert row["after"] == pytest.approx(0.5) and row["diff"] == pytest.approx(0.0)
+    assert [row["over_seeds"]["k"], row["over_seeds"]["mean"]] == [2, pytest.approx(0.0)]
+    assert sorted(written["methods"]) == ["comas", "sage"]  # a row neither run touched is kept as it was
+    assert written["methods"]["sage"] == json.loads(json.dumps(sage))
+    # a rerun of seed 1 replaces that seed and keeps seed 0
+    items[1] = [1.0, 0.0]
+    monkeypatch.setattr(effect, "train", lambda row, where, seed, run_it, extra=(): f"train {seed}")
+    run(1)
+    row = json.loads((tmp_path / "effect.json").read_text())["methods"]["comas"]
+    assert sorted(row["per_seed"]) == ["0", "1"] and row["per_seed"]["1"]["items"] == [1.0, 0.0]
+    assert row["after"] == pytest.approx(0.75)
