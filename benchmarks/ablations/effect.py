@@ -19,7 +19,8 @@
 A row's result is over its seeds: each seed's accuracy and paired change, and the paired change of the
 seed-averaged per-item accuracy (the headline interval). ``benchmarks/results/effect.json`` keeps everything the
 table and the plot are built from — per-item 0/1 lists of the base model and of every seed, each seed's command,
-steps, training seconds, mean answer length, and its training curve — so ``--table-only`` rebuilds
+steps, training seconds, mean answer length, the SHA-256 of its answers (``answers_sha256``, records since the
+twenty-fourth sitting) and its training curve — so ``--table-only`` rebuilds
 ``effect.{md,png}`` from committed files alone. Rows a run does not name are kept as they are; a run merges
 its seeds into effect.json as the file is when the run ends (under a lock), so runs of other seeds of one row
 may overlap in separate processes. MAESTRO's selectors are
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import json
 import shutil
 import subprocess
@@ -252,13 +254,23 @@ def _records(items: Path, n: int) -> list[dict] | None:
     if n and len(records) > n:
         raise UsageError(f"{items} holds {len(records)} items, not the first {n}: it was evaluated with another --n "
                          f"(pass --n {len(records)}, or remove the folder)")
-    return [{"correct": float(r["correct"]), "chars": len(r["final_response"] or "")} for r in records]
+    return [{"correct": float(r["correct"]), "chars": len(r["final_response"] or ""), "answer": r["final_response"] or ""}
+            for r in records]
+
+
+def answers_sha256(items: list[dict]) -> dict:
+    """``{"answers_sha256": hex}`` of an evaluation's answers in held-out order, joined by ``"\\n\\x00"`` (so that
+    one machine's evaluation can be checked character for character against another's, which the verdicts and the
+    mean length cannot); empty for items without their texts (a base read back from effect.json)."""
+    if not items or any("answer" not in x for x in items):
+        return {}
+    return {"answers_sha256": hashlib.sha256("\n\x00".join(x["answer"] for x in items).encode()).hexdigest()}
 
 
 def base_record(base: list[dict], n: int, bench: str = BENCH, settings: list[str] | tuple[str, ...] = EVAL) -> dict:
     """The untrained model's record: per-item 0/1, mean answer characters, the command."""
     return {"items": [b["correct"] for b in base], "answer_chars": round(sum(b["chars"] for b in base) / len(base), 1),
-            "command": eval_command(n, bench, settings)}
+            "command": eval_command(n, bench, settings), **answers_sha256(base)}
 
 
 def recorded_base(record: dict, n: int, settings: list[str] | tuple[str, ...] = EVAL) -> list[dict] | None:
@@ -320,7 +332,8 @@ def seed_record(before: list[dict], after: list[dict], command: str, steps: list
     seconds = [s["step_s"] for s in steps if s.get("step_s")]
     return {"items": correct, "accuracy": sum(correct) / len(correct), "diff": d["diff"], "diff_low": d["low"],
             "diff_high": d["high"], "command": command, "steps": len(steps), "train_s": round(sum(seconds), 1),
-            "answer_chars": round(sum(a["chars"] for a in after) / len(after), 1), "curve": steps}
+            "answer_chars": round(sum(a["chars"] for a in after) / len(after), 1), **answers_sha256(after),
+            "curve": steps}
 
 
 def after_record(row: Row, where: Path, n: int, base: list[dict], command: str, bench: str = BENCH,
@@ -365,10 +378,11 @@ def merge_record(record: dict, base_rec: dict, other_keys: bool, new: dict[str, 
     must keep them): ``base_rec`` as the base (under ``bases`` when ``other_keys``: --eval-set), each row of ``new``
     (name: this run's seeds) merged seed by seed into the row's recorded seeds (:func:`merge_seeds`, this run's win)
     and summed up again over all of them, and the MAESTRO row when there is one."""
-    if other_keys:
-        record.setdefault("bases", {})[base_rec["command"]] = base_rec
-    else:
-        record["base"] = base_rec
+    bases = record.setdefault("bases", {}) if other_keys else record
+    key = base_rec["command"] if other_keys else "base"
+    had = bases.get(key) or {}
+    bases[key] = {**({"answers_sha256": had["answers_sha256"]} if had.get("command") == base_rec["command"]
+                     and "answers_sha256" in had else {}), **base_rec}  # a base read back keeps its digest
     default = default_eval(record, base_rec["command"])
     for name, seeds in new.items():
         row = ROWS[name]

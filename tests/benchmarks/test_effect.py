@@ -85,7 +85,7 @@ def test_an_evaluation_is_reused_only_with_its_keys(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(effect, "sh", ran.append)
     # made before eval_keys.json was kept: reused, and the run says so
     assert effect.evaluate_all(tmp_path / "eval", 1, [], True, ["arith"], ["a=1"])["arith"] == [
-        {"correct": 1.0, "chars": 1}]
+        {"correct": 1.0, "chars": 1, "answer": "7"}]
     assert "reused unchecked" in capsys.readouterr().out and not ran
     (folder / "eval_keys.json").write_text('["a=1", "adapters=[x]"]')
     assert effect.evaluate_all(tmp_path / "eval", 1, ["adapters=[x]"], True, ["arith"], ["a=1"])["arith"]
@@ -373,3 +373,25 @@ def test_two_runs_of_one_row_that_overlap_keep_both_seeds(tmp_path, monkeypatch)
     row = json.loads((tmp_path / "effect.json").read_text())["methods"]["comas"]
     assert sorted(row["per_seed"]) == ["0", "1"] and row["per_seed"]["1"]["items"] == [1.0, 0.0]
     assert row["after"] == pytest.approx(0.75)
+
+
+def test_an_evaluation_records_the_digest_of_its_answers_and_a_base_read_back_keeps_it(tmp_path):
+    (tmp_path / "items.jsonl").write_text('{"correct": true, "final_response": "a"}\n'
+                                          '{"correct": false, "final_response": "b"}\n')
+    items = effect._records(tmp_path / "items.jsonl", 2)
+    digest = "3a6b2ca2823a2ec34a3e43b2bc7d2212b05a295c87d1a356e1d572f7d759f86a"  # printf 'a\n\0b' | sha256sum
+    assert effect.answers_sha256(items) == {"answers_sha256": digest}
+    assert effect.base_record(items, 2)["answers_sha256"] == digest
+    assert effect.seed_record(items, items, "train", [])["answers_sha256"] == digest
+    assert effect.answers_sha256([]) == {} and effect.answers_sha256([{"correct": 1.0, "chars": 1}]) == {}
+    # a base read back from effect.json has verdicts and the mean length, not the texts: the recorded digest stays
+    record = {"base": effect.base_record(items, 2), "methods": {}}
+    read_back = effect.base_record(effect.recorded_base(record, 2), 2)
+    assert "answers_sha256" not in read_back
+    effect.merge_record(record, read_back, False, {}, None)
+    assert record["base"]["answers_sha256"] == digest
+    other = {**read_back, "command": effect.eval_command(3)}  # another evaluation does not inherit it
+    effect.merge_record(record, other, False, {}, None)
+    assert "answers_sha256" not in record["base"]
+    effect.merge_record(record, effect.base_record(items, 2, effect.BENCH, [*effect.EVAL, "x=1"]), True, {}, None)
+    assert record["bases"][effect.eval_command(2, effect.BENCH, [*effect.EVAL, "x=1"])]["answers_sha256"] == digest
