@@ -376,7 +376,7 @@ def merge_record(record: dict, base_rec: dict, other_keys: bool, new: dict[str, 
     """Merge one run of this script into ``record``, effect.json as it is when the run ends (read then, not when the
     run started: another run of the script may have merged seeds of the same row meanwhile, and the last to write
     must keep them): ``base_rec`` as the base (under ``bases`` when ``other_keys``: --eval-set), each row of ``new``
-    (name: this run's seeds) merged seed by seed into the row's recorded seeds (:func:`merge_seeds`, this run's win)
+    (name: this run's seeds) merged seed by seed into the row's recorded seeds (:func:`merge_seeds`; a seed run again replaces its record)
     and summed up again over all of them, and the MAESTRO row when there is one."""
     bases = record.setdefault("bases", {}) if other_keys else record
     key = base_rec["command"] if other_keys else "base"
