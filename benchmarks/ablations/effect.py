@@ -254,8 +254,8 @@ def _records(items: Path, n: int) -> list[dict] | None:
     if n and len(records) > n:
         raise UsageError(f"{items} holds {len(records)} items, not the first {n}: it was evaluated with another --n "
                          f"(pass --n {len(records)}, or remove the folder)")
-    return [{"correct": float(r["correct"]), "chars": len(r["final_response"] or ""), "answer": r["final_response"] or ""}
-            for r in records]
+    return [{"correct": float(r["correct"]), "chars": len(r["final_response"] or ""),
+             "answer": r["final_response"] or ""} for r in records]
 
 
 def answers_sha256(items: list[dict]) -> dict:
@@ -376,8 +376,8 @@ def merge_record(record: dict, base_rec: dict, other_keys: bool, new: dict[str, 
     """Merge one run of this script into ``record``, effect.json as it is when the run ends (read then, not when the
     run started: another run of the script may have merged seeds of the same row meanwhile, and the last to write
     must keep them): ``base_rec`` as the base (under ``bases`` when ``other_keys``: --eval-set), each row of ``new``
-    (name: this run's seeds) merged seed by seed into the row's recorded seeds (:func:`merge_seeds`; a seed run again replaces its record)
-    and summed up again over all of them, and the MAESTRO row when there is one."""
+    (name: this run's seeds) merged seed by seed into the row's recorded seeds (:func:`merge_seeds`; a seed run
+    again replaces its record) and summed up again over all of them, and the MAESTRO row when there is one."""
     bases = record.setdefault("bases", {}) if other_keys else record
     key = base_rec["command"] if other_keys else "base"
     had = bases.get(key) or {}
@@ -682,7 +682,7 @@ def main() -> None:
         maestro = maestro_row()
         record = update_record(path, lambda now: merge_record(now, base_rec, bool(args.eval_set), new, maestro))
     if args.table_only and refresh_over_seeds(record["methods"]):
-        path.write_text(json.dumps(record) + "\n")
+        record = update_record(path, lambda now: refresh_over_seeds(now["methods"]))
     md = table(record["methods"])
     (RESULTS / "effect.md").write_text(md)
     plot(record["methods"], RESULTS / "effect.png")

@@ -395,3 +395,17 @@ def test_an_evaluation_records_the_digest_of_its_answers_and_a_base_read_back_ke
     assert "answers_sha256" not in record["base"]
     effect.merge_record(record, effect.base_record(items, 2, effect.BENCH, [*effect.EVAL, "x=1"]), True, {}, None)
     assert record["bases"][effect.eval_command(2, effect.BENCH, [*effect.EVAL, "x=1"])]["answers_sha256"] == digest
+
+
+def test_table_only_adds_the_missing_spread_to_the_file_once_and_rebuilds_the_table(tmp_path, monkeypatch):
+    seeds = {str(i): {"items": [1.0, 0.0, 1.0, 0.0], "diff": d} for i, d in enumerate((0.1, 0.2, 0.3))}
+    r = effect.row_summary(BASE, seeds)
+    old = {k: v for k, v in r.items() if k != "over_seeds"}  # merged by a copy of the script before the key existed
+    (tmp_path / "effect.json").write_text(json.dumps({"methods": {"old": old}}) + "\n")
+    monkeypatch.setattr(effect, "RESULTS", tmp_path)
+    monkeypatch.setattr("sys.argv", ["effect.py", "--table-only"])
+    assert effect.one_line(effect.main) == 0
+    written = (tmp_path / "effect.json").read_text()
+    assert json.loads(written)["methods"]["old"]["over_seeds"] == json.loads(json.dumps(r["over_seeds"]))
+    assert "| +0.100, +0.200, +0.300 | [-0.048, +0.448] |" in (tmp_path / "effect.md").read_text()
+    assert effect.one_line(effect.main) == 0 and (tmp_path / "effect.json").read_text() == written
