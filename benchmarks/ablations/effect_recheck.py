@@ -21,10 +21,11 @@ machine or setting:
   reduction splits).
 
 Per (row, setting): accuracy here and in the record, items that agree, items that turned right / wrong, and the
-paired difference (95%) against the record; for a setting other than ``same``, the same against this machine's
-``same`` evaluation when it exists (``vs_same_here``: the setting alone, without the machine's change). Writes
-``benchmarks/results/effect_recheck.{json,md}``; a rerun adds its cells (keyed by row and setting) and keeps the
-others.
+paired difference (95%) against the record, whether the answers are the recorded ones character for character
+(where the record has their SHA-256, ``answers_sha256``: records since the twenty-fourth sitting); for a setting
+other than ``same``, the same against this machine's ``same`` evaluation when it exists (``vs_same_here``: the
+setting alone, without the machine's change). Writes ``benchmarks/results/effect_recheck.{json,md}``; a rerun adds
+its cells (keyed by row and setting) and keeps the others.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from effect import RESULTS, evaluate  # noqa: E402
+from effect import RESULTS, answers_sha256, evaluate  # noqa: E402
 
 from selfevo.stats import paired_difference  # noqa: E402
 
@@ -79,6 +80,19 @@ def reference(record: dict, row: str) -> list[float]:
         raise SystemExit(f"effect.json has no seed-0 items for row {row!r}") from None
 
 
+def reference_digest(record: dict, row: str) -> str | None:
+    """The committed SHA-256 of the answers behind :func:`reference` (effect.py's ``answers_sha256``); None for a
+    record made before evaluations carried it."""
+    rec = record["base"] if row == "base" else record["methods"][row]["per_seed"]["0"]
+    return rec.get("answers_sha256")
+
+
+def same_answers(recorded: str | None, items: list[dict]) -> bool | None:
+    """Whether an evaluation here gave the recorded answers character for character (the verdicts can agree while
+    the texts differ); None where the record has no digest."""
+    return None if recorded is None else answers_sha256(items).get("answers_sha256") == recorded
+
+
 def compare(ref: list[float], here: list[float]) -> dict:
     """Item-by-item agreement of an evaluation here with the committed one (pure)."""
     if len(ref) != len(here):
@@ -90,9 +104,13 @@ def compare(ref: list[float], here: list[float]) -> dict:
             "turned_wrong": d["worsened"], "diff": d["diff"], "diff_low": d["low"], "diff_high": d["high"]}
 
 
+TEXTS = {True: "the same", False: "differ", None: "– (not recorded)"}
+
+
 def table(cells: dict) -> str:
     lines = ["| row | setting | accuracy here | in the record | items that agree | turned right / wrong | "
-             "here − record (paired 95%) | against `same` here: agree, right / wrong, paired 95% |", "|---" * 8 + "|"]
+             "here − record (paired 95%) | answers as recorded (SHA-256) | against `same` here: agree, right / "
+             "wrong, paired 95% |", "|---" * 9 + "|"]
     for key, c in cells.items():
         row, setting = key.split("/")
         s = c.get("vs_same_here")
@@ -100,7 +118,7 @@ def table(cells: dict) -> str:
                 f"[{s['diff_low']:+.3f}, {s['diff_high']:+.3f}]" if s else "–")
         lines.append(f"| {row} | {setting} | {c['accuracy']:.3f} | {c['accuracy_record']:.3f} | {c['agree']}/{c['n']} "
                      f"| +{c['turned_right']}/−{c['turned_wrong']} | {c['diff']:+.3f} [{c['diff_low']:+.3f}, "
-                     f"{c['diff_high']:+.3f}] | {here} |")
+                     f"{c['diff_high']:+.3f}] | {TEXTS[c.get('same_answers')]} | {here} |")
     return "\n".join(lines) + "\n"
 
 
@@ -123,12 +141,13 @@ def main() -> None:
             adapter = [*args.eval_set, *([] if row == "base" else [f"adapters=[{RESULTS / 'adapters' / row}]"])]
             if row != "base" and not (RESULTS / "adapters" / row / "adapter_config.json").exists():
                 raise SystemExit(f"no committed adapter for row {row!r} under {RESULTS / 'adapters'}")
-            ref = reference(record, row)
+            ref, digest = reference(record, row), reference_digest(record, row)
             for setting in args.settings:
                 overrides, env = SETTINGS[setting]
                 with environment(env):
                     items = evaluate(Path(args.out) / row / setting, args.n, [*adapter, *overrides], True)
                 cell = {**compare(ref[:args.n], [i["correct"] for i in items]),
+                        "same_answers": same_answers(digest if args.n == len(ref) else None, items),
                         "overrides": [*args.eval_set, *overrides], "env": env}
                 if setting != "same" and (same := evaluate(Path(args.out) / row / "same", args.n, adapter, False)):
                     cell["vs_same_here"] = compare([i["correct"] for i in same], [i["correct"] for i in items])

@@ -46,6 +46,19 @@ def test_table_shows_a_setting_against_same_here_when_measured():
     c = recheck.compare([1.0, 0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0, 0.0])
     c["vs_same_here"] = recheck.compare([1.0, 1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0, 0.0])
     md = recheck.table({"base/max_batch_16": c, "base/same": recheck.compare([1.0], [1.0])})
-    assert "| base | max_batch_16 | 0.400 | 0.400 | 3/5 | +1/−1 | +0.000 [-0.620, +0.620] | 4/5, +0/−1, -0.200 " \
-           "[-0.592, +0.192] |" in md
-    assert md.rstrip().endswith("| – |")
+    assert "| base | max_batch_16 | 0.400 | 0.400 | 3/5 | +1/−1 | +0.000 [-0.620, +0.620] | – (not recorded) | " \
+           "4/5, +0/−1, -0.200 [-0.592, +0.192] |" in md
+    assert md.rstrip().endswith("| – (not recorded) | – |")
+    md = recheck.table({"base/same": {**c, "same_answers": True}, "grpo/same": {**c, "same_answers": False}})
+    assert "| +0.000 [-0.620, +0.620] | the same |" in md and "| +0.000 [-0.620, +0.620] | differ |" in md
+
+
+def test_the_answers_are_checked_against_the_recorded_digest_where_there_is_one():
+    items = [{"correct": 1.0, "chars": 1, "answer": "a"}, {"correct": 0.0, "chars": 1, "answer": "b"}]
+    digest = "3a6b2ca2823a2ec34a3e43b2bc7d2212b05a295c87d1a356e1d572f7d759f86a"  # printf 'a\n\0b' | sha256sum
+    record = {"base": {"items": [1.0, 0.0], "answers_sha256": digest},
+              "methods": {"grpo": {"per_seed": {"0": {"items": [1.0, 0.0]}}}}}
+    assert recheck.reference_digest(record, "base") == digest and recheck.reference_digest(record, "grpo") is None
+    assert recheck.same_answers(digest, items) is True
+    assert recheck.same_answers(digest, [items[0], {**items[1], "answer": "c"}]) is False  # same verdicts, other text
+    assert recheck.same_answers(None, items) is None
