@@ -381,8 +381,9 @@ def merge_record(record: dict, base_rec: dict, other_keys: bool, new: dict[str, 
     bases = record.setdefault("bases", {}) if other_keys else record
     key = base_rec["command"] if other_keys else "base"
     had = bases.get(key) or {}
-    bases[key] = {**({"answers_sha256": had["answers_sha256"]} if had.get("command") == base_rec["command"]
-                     and "answers_sha256" in had else {}), **base_rec}  # a base read back keeps its digest
+    if had.get("command") == base_rec["command"]:  # a base read back has no texts: it keeps its recorded digest
+        base_rec = {**{k: v for k, v in had.items() if k == "answers_sha256"}, **base_rec}
+    bases[key] = base_rec
     default = default_eval(record, base_rec["command"])
     for name, seeds in new.items():
         row = ROWS[name]

@@ -70,21 +70,25 @@ def machine() -> dict:
             "platform": platform.platform()}
 
 
-def reference(record: dict, row: str) -> list[float]:
-    """The committed per-item 0/1 list that ``row`` is compared with (``base``, or a row's seed 0)."""
+def _reference_record(record: dict, row: str) -> dict:
+    """The committed evaluation that ``row`` is compared with: ``base``, or a row's seed 0."""
     if row == "base":
-        return record["base"]["items"]
+        return record["base"]
     try:
-        return record["methods"][row]["per_seed"]["0"]["items"]
+        return record["methods"][row]["per_seed"]["0"]
     except KeyError:
         raise SystemExit(f"effect.json has no seed-0 items for row {row!r}") from None
+
+
+def reference(record: dict, row: str) -> list[float]:
+    """The committed per-item 0/1 list that ``row`` is compared with (``base``, or a row's seed 0)."""
+    return _reference_record(record, row)["items"]
 
 
 def reference_digest(record: dict, row: str) -> str | None:
     """The committed SHA-256 of the answers behind :func:`reference` (effect.py's ``answers_sha256``); None for a
     record made before evaluations carried it."""
-    rec = record["base"] if row == "base" else record["methods"][row]["per_seed"]["0"]
-    return rec.get("answers_sha256")
+    return _reference_record(record, row).get("answers_sha256")
 
 
 def same_answers(recorded: str | None, items: list[dict]) -> bool | None:
