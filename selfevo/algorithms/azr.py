@@ -7,13 +7,14 @@ deduction, abduction, induction — validated and checked by running the code; T
 
 Paper: arXiv 2505.03335, Sec. 3, Algorithm 1. One step, per kind in ``protocol.kinds`` (B = ``trainer.tasks_per_step``):
 (1) propose phase — B propose tasks, each showing up to K triplets from the kind's buffer (induction: one program
-from the deduction and abduction buffers); the proposer writes a program and an input (induction: inputs and a
-message); the task is validated in the sandbox (:func:`~selfevo.verifiers.azr.validate_proposal`: runs, twice alike
-in each of ``protocol.runs`` processes, no banned word, literal inputs); a valid one gets n solver rollouts (its
-r̄_solve, Eq. 4) and enters the kind's buffer; (2) solve phase — B solve tasks per kind: this step's new valid
-triplets first, then triplets drawn from the buffer; (3) rewards Eq. 4-6 (``rewards/azr.py``); (4) one
-Task-Relative REINFORCE++ update of the one adapter, advantages normalised per (kind, role): six baselines. The
-buffers start from the identity triplet and are saved with the checkpoint (``RUN_DIR/buffers.json``).
+from the deduction and abduction buffers); the proposer writes a program and an input (induction: exactly
+``protocol.induction_inputs`` inputs, any other number being a format error, and a message); the task is validated
+in the sandbox (:func:`~selfevo.verifiers.azr.validate_proposal`: runs, twice alike in each of ``protocol.runs``
+processes, no banned word, literal inputs); a valid one gets n solver rollouts (its r̄_solve, Eq. 4) and enters the
+kind's buffer; (2) solve phase — B solve tasks per kind: this step's new valid triplets first, then triplets drawn
+from the buffer; (3) rewards Eq. 4-6 (``rewards/azr.py``); (4) one Task-Relative REINFORCE++ update of the one
+adapter, advantages normalised per (kind, role): six baselines. The buffers start from the identity triplet and are
+saved with the checkpoint (``RUN_DIR/buffers.json``).
 """
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ class Roles:
 
     @classmethod
     def build(cls, p: AZRProtocolCfg) -> "Roles":
-        return cls({k: AZRProposer(task_kind=k, open_block=p.open_blocks, banned=tuple(p.banned)) for k in KINDS},
+        return cls({k: AZRProposer(task_kind=k, open_block=p.open_blocks, banned=tuple(p.banned),
+                                   n_inputs=p.induction_inputs) for k in KINDS},
                    {k: AZRSolver(task_kind=k, open_block=p.open_blocks) for k in KINDS})
 
 
@@ -113,8 +115,7 @@ def propose_tasks(buffers: ItemBuffers, rng: random.Random, p: AZRProtocolCfg, b
         k = 1 if kind == "induction" else min(p.references, sum(buffers.sizes().get(x, 0) for x in kinds))
         for i in range(b):
             refs = buffers.sample(rng, kinds, k)
-            tasks.append(Task(f"{kind}-propose-{i}", "code", "", meta={"azr": {
-                "kind": kind, "references": refs, "n_inputs": p.induction_inputs}}))
+            tasks.append(Task(f"{kind}-propose-{i}", "code", "", meta={"azr": {"kind": kind, "references": refs}}))
     return tasks
 
 

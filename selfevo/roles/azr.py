@@ -3,15 +3,16 @@ tasks of three kinds on (program, input, output) triplets.
 
 * ``azr.proposer`` (kind "challenger"): deduction and abduction — from K reference triplets, a new program ``f`` in a
   ```` ```python ```` block and one input in an ```` ```input ```` block (parsed: ``{"program", "input"}``);
-  induction — for a given program, ``n_inputs`` inputs, each in its own ```` ```input ```` block, and a message in a
-  ```` ```message ```` block (parsed: ``{"inputs", "message"}``; a different number of inputs is a format error, as
-  in the released code).
+  induction — for a given program, ``n_inputs`` inputs (the role's option), each in its own ```` ```input ````
+  block, and a message in a ```` ```message ```` block (parsed: ``{"inputs", "message"}``). Any other number of
+  ```` ```input ```` blocks is a format error (reward −1), as in the released code (with fewer, the solver would get
+  fewer hidden tests than the task sets, or none).
 * ``azr.solver`` (kind "solver"): deduction — the output of ``f`` for the input, in ```` ```output ````; abduction —
   an input that makes ``f`` return the output, in ```` ```input ````; induction — a program ``f`` in
   ```` ```python ```` matching the shown input/output pairs and the message. Parsed: the block's text.
 
 A role instance handles one task kind (``task_kind``); the task's ``meta["azr"]`` holds what it shows: a propose task
-``{"kind", "references": [triplets], "n_inputs"}`` (induction: the first reference is the program), a solve task
+``{"kind", "references": [triplets]}`` (induction: the first reference is the program), a solve task
 ``{"kind", "triplet"}``. A triplet is ``{"id", "program", "input", "output"}`` (deduction, abduction) or ``{"id",
 "program", "inputs", "outputs", "message", "shown"}`` (induction: the first ``shown`` pairs are shown, the rest are
 the hidden tests). Parsing only reads the blocks; whether a task is valid or a solution right is decided by running
@@ -74,20 +75,28 @@ class _KindRole(Role):
 @register_role
 @dataclass
 class AZRProposer(_KindRole):
-    """Proposes a task of its kind from the references in ``task.meta["azr"]`` (see the module doc)."""
+    """Proposes a task of its kind from the references in ``task.meta["azr"]`` (see the module doc); ``n_inputs``:
+    the number of inputs an induction proposal is asked for and must have."""
 
     banned: tuple[str, ...] = ()
+    n_inputs: int = 10
 
     name: ClassVar[str] = "azr.proposer"
     kind: ClassVar[str] = "challenger"
     reads: ClassVar[tuple[str, ...]] = ()
     blocks: ClassVar[dict[str, str]] = PROPOSE_BLOCK
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n_inputs < 2:
+            raise RoleError(f"role '{self.name}': n_inputs must be at least 2 (one shown pair, one hidden test), "
+                            f"got {self.n_inputs}")
+
     def render(self, task: Task, ctx: Context) -> list[dict[str, str]]:
         meta = azr_meta(task, self.task_kind)
         template = load_template(f"azr_propose_{self.task_kind}")
         if self.task_kind == "induction":
-            return chat(fill(template, n=str(meta["n_inputs"]), program=meta["references"][0]["program"]))
+            return chat(fill(template, n=str(self.n_inputs), program=meta["references"][0]["program"]))
         refs = "\n".join(show_triplet(t, i) for i, t in enumerate(meta["references"]))
         return chat(fill(template, references=refs, banned=", ".join(self.banned) or "(none)"))
 
@@ -96,6 +105,8 @@ class AZRProposer(_KindRole):
             inputs, message = fenced_blocks(text, "input"), fenced_blocks(text, "message")
             if not inputs or not message:
                 return Parsed.failure("format: no ```input or no ```message block")
+            if len(inputs) != self.n_inputs:
+                return Parsed.failure(f"format: {len(inputs)} ```input blocks, not {self.n_inputs}")
             return Parsed.success({"inputs": [i.strip() for i in inputs], "message": message[-1].strip()})
         program, given = fenced_blocks(text, "python"), fenced_blocks(text, "input")
         if not program or not given or not program[0].strip() or not given[-1].strip():

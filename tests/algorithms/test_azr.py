@@ -6,6 +6,7 @@ Regenerate the pinned step (only on purpose): ``SELFEVO_UPDATE_GOLDEN=1 pytest t
 (it rewrites only ``tests/golden/azr_step.json``)."""
 import json
 import os
+import random
 
 import pytest
 
@@ -13,9 +14,14 @@ import helpers.azr_engine  # noqa: F401  (registers engine "azr_script")
 from helpers.golden import adapter_checksums
 from helpers.paths import GOLDEN
 from selfevo import cli
+from selfevo.algorithms.azr import AZRProtocolCfg, Roles, propose_program, propose_tasks
+from selfevo.interaction import Episode, Turn
 from selfevo.loop.pool import ItemBuffers
+from selfevo.rewards import REWARD_SOURCES
 from selfevo.rewards.formulas import azr_propose_reward, azr_reward, azr_solve_rate
 from selfevo.roles.azr import AZRProposer, AZRSolver
+from selfevo.roles.base import RoleError
+from selfevo.types import Completion, Request, Task
 from selfevo.verifiers import verify
 from selfevo.verifiers.azr import IDENTITY, solve_task, validate_proposal
 from selfevo.verifiers.execute import banned_words_used, deterministic_values, literal_args, same_value
@@ -90,6 +96,41 @@ def test_roles_render_and_parse():
     assert p.parse("```python\ndef f(x):\n    return x\n```\n```input\n1\n```").value == {
         "program": "def f(x):\n    return x", "input": "1"}
     assert p.parse("```python\ndef f(x): pass\n```").error.startswith("format")
+
+
+def _induction(n: int) -> str:
+    return "".join(f"```input\n{i}\n```\n" for i in range(n)) + "```message\nDouble it.\n```"
+
+
+def test_an_induction_proposal_needs_exactly_n_inputs():
+    # issue 58 item 1: a proposal with another number of inputs is a format error (reward -1, as the released code);
+    # before, 2 of 10 inputs made a valid task (1 shown, 1 hidden) paid 1 - r̄
+    p = AZRProposer(task_kind="induction", n_inputs=10)
+    assert p.parse(_induction(10)).value == {"inputs": [str(i) for i in range(10)], "message": "Double it."}
+    for n in (1, 2, 9, 11):
+        parsed = p.parse(_induction(n))
+        assert not parsed.ok and parsed.error == f"format: {n} ```input blocks, not 10"
+    assert "write 10 inputs" in p.messages(Task("t", "code", "", meta={"azr": {
+        "kind": "induction", "references": [IDENTITY]}}))[0]["content"]
+    with pytest.raises(RoleError, match="n_inputs"):
+        AZRProposer(task_kind="induction", n_inputs=1)
+
+
+def test_a_proposal_with_too_few_inputs_is_paid_minus_1_and_never_tried():
+    roles = Roles.build(AZRProtocolCfg(induction_inputs=10))
+    task = propose_tasks(ItemBuffers({"deduction": [dict(IDENTITY)]}), random.Random(0),
+                         AZRProtocolCfg(kinds=["induction"], induction_inputs=10), 1)[0]
+    program = propose_program(roles, AZRProtocolCfg(induction_inputs=10))(ep := Episode(task))
+    propose = next(program)
+    text = _induction(2)
+    turn = Turn("azr", propose.role, Completion(Request("azr", propose.messages), [1], [2], [0.0], text, "stop"),
+                propose.parser(text))
+    with pytest.raises(StopIteration):  # no solver rollouts for an invalid task
+        program.send(turn)
+    ep.turns = [turn]
+    assert ep.meta == {"valid": False, "validity": "format"}
+    for released in (False, True):
+        assert REWARD_SOURCES.get("azr_propose")(released)([ep]).rewards == [{0: -1.0}]
 
 
 def test_buffers_round_trip():
