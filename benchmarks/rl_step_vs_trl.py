@@ -132,7 +132,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--completions", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--dtype", default="auto")
     ap.add_argument("--checkpointing", choices=("on", "off"), default="on",
                     help="gradient checkpointing on both sides (default on: both libraries' default)")
     ap.add_argument("--no-shared-prompts", dest="shared_prompts", action="store_false",
@@ -144,7 +144,7 @@ def main() -> None:
     ap.add_argument("--out", default="rl_step_vs_trl", help="results/<out>.json")
     args = ap.parse_args()
     tasks = load_tasks(args.task, "train", limit=args.steps * args.completions // PER_PROMPT + 4)
-    result = {"model": MODEL, "task": args.task, "optimizer": args.optimizer, "dtype": args.dtype, "steps": args.steps, "completions_per_step": args.completions,
+    result = {"model": MODEL, "task": args.task, "optimizer": args.optimizer, "dtype": models.resolve_dtype(args.dtype), "steps": args.steps, "completions_per_step": args.completions,
               "max_new_tokens": args.tokens, "checkpointing": args.checkpointing,
               "shared_prompts": args.shared_prompts}
     rate, steps, updates, rows = selfevo_run(tasks, args)

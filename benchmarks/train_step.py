@@ -120,13 +120,13 @@ def main() -> None:
     ap.add_argument("--micro-batch", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--no-naive", action="store_true")
-    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"))
     ap.add_argument("--checkpointing-cost", action="store_true")
     args = ap.parse_args()
     batch, adv = make_batch(args.seqs, args.len)
     tokens = args.seqs * args.len
     if args.checkpointing_cost:
-        result = {"model": MODEL, "dtype": args.dtype, "seqs": args.seqs, "len": args.len,
+        result = {"model": MODEL, "dtype": models.resolve_dtype(args.dtype), "seqs": args.seqs, "len": args.len,
                   "micro_batch": args.micro_batch, "repeats": args.repeats,
                   **checkpointing_cost(args, batch, adv), "machine": machine()}
         save("train_step_checkpointing", result)
@@ -139,7 +139,7 @@ def main() -> None:
         seconds = min(selfevo_step(store, batch, adv) for _ in range(args.repeats))
     peak = peak_gflops()
     achieved = 4 * params * tokens / seconds / 1e9
-    result = {"model": MODEL, "dtype": args.dtype, "seqs": args.seqs, "len": args.len, "micro_batch": args.micro_batch,
+    result = {"model": MODEL, "dtype": store.dtype, "seqs": args.seqs, "len": args.len, "micro_batch": args.micro_batch,
               "frozen_params": params, "train_tok_s": round(tokens / seconds, 1),
               "achieved_gflops": round(achieved, 1), "peak_gflops": round(peak, 1),
               "fraction_of_peak": round(achieved / peak, 3), "peak_rss_gib": mem.gib}

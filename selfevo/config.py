@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from selfevo.errors import SelfevoError
 
 CONFIG_DIR = Path(__file__).parent / "configs"
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 Choices = Sequence[Any] | Callable[[], Sequence[Any]] | None
 
@@ -137,7 +137,8 @@ class SamplingCfg:
 class ModelCfg:
     backbones: list[str] = opt(["smollm2-135m-instruct"], "built-in model names, folders or hub ids; agent i uses "
                                "backbones[i % len(backbones)]", nonempty=True)
-    dtype: str = opt("bfloat16", "weights and compute dtype", choices=DTYPES)
+    dtype: str = opt("auto", "weights and compute dtype; auto: bfloat16 where the hardware computes it natively (a "
+                             "CUDA GPU with bf16, a CPU with AVX512-BF16 or AMX), float32 elsewhere", choices=DTYPES)
     device: str = opt("auto", "where the backbones and adapters live: this process's GPU (cuda:$LOCAL_RANK) or the "
                               "CPU; auto: the GPU if CUDA is available", choices=("auto", "cpu", "cuda"))
     lora: LoraCfg = opt(LoraCfg, "the LoRA adapter of each agent")

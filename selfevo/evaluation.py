@@ -293,7 +293,7 @@ def run_eval(cfg: DictConfig, options: dict[str, dict[str, Any]], store=None, en
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     if engine is None:
-        engine = build_engine(cfg.engine, store, cfg.model.dtype, workdir=str(out / "_vllm"))
+        engine = build_engine(cfg.engine, store, store.dtype, workdir=str(out / "_vllm"))
     continuous = None if cfg.engine.continuous else False
     combos = [(b, s) for b in cfg.benchmark for s in cfg.setup]
     team = {s: setup_agents(s, agents, central, options[s]) for s in cfg.setup}
@@ -309,7 +309,7 @@ def run_eval(cfg: DictConfig, options: dict[str, dict[str, Any]], store=None, en
             sampling = sampling_for(SETUPS.get(name), cfg.sampling)
             split = cfg.split or (tasks[bench][0].meta.get("split") if tasks[bench] else None)
             meta = {"benchmark": bench, "split": split, "backbones": backbones, "adapters": list(cfg.adapters),
-                    "central_adapter": cfg.central_adapter, "engine": cfg.engine.name}
+                    "central_adapter": cfg.central_adapter, "engine": cfg.engine.name, "dtype": store.dtype}
             records.append(evaluate(name, tasks[bench], engine, sampling, team[name], cfg.seed, options[name],
                                     out / f"{bench}-{name}", progress=lambda label: bar.update(1),
                                     verifier=verifier, meta=meta, continuous=continuous))

@@ -264,14 +264,36 @@ def cpu_has_native(dtype: str) -> bool:
         return True
 
 
+def resolve_dtype(spec: str, device: str = "cpu") -> str:
+    """``model.dtype``: ``auto`` is bfloat16 where the hardware computes it natively (a CUDA GPU with bf16 support;
+    a CPU with AVX512-BF16 or AMX, :func:`cpu_has_native`), float32 elsewhere; any other name is returned as is."""
+    if spec != "auto":
+        return spec
+    import torch
+
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    return "bfloat16" if cpu_has_native("bfloat16") else "float32"
+
+
+def dtype_reason(dtype: str, device: str = "cpu") -> str:
+    """Why ``auto`` resolved to ``dtype`` on ``device``: one clause for the printed line."""
+    if device.startswith("cuda"):
+        return f"{device} {'computes' if dtype == 'bfloat16' else 'has no native'} bf16"
+    if dtype == "bfloat16":
+        return "this CPU has native bf16 matmuls (AVX512-BF16 or AMX)"
+    return "no native bf16 matmuls on this CPU (no AVX512-BF16 or AMX): bf16 would run several times slower"
+
+
 @functools.cache
 def _warn_slow_half(dtype: str) -> None:
     log.warning("model.dtype=%s on a CPU without native %s matmuls (no AVX512-BF16/FP16 or AMX): steps run several "
                 "times slower than with model.dtype=float32 (which needs twice the weight memory)", dtype, dtype)
 
 
-def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu", attn_implementation: str = "selfevo_gqa"):
-    """A causal LM in eval mode; attention defaults to selfevo's grouped-query kernel (see selfevo.attention)."""
+def load_model(name: str, dtype: str = "auto", device: str = "cpu", attn_implementation: str = "selfevo_gqa"):
+    """A causal LM in eval mode (``dtype``: see :func:`resolve_dtype`); attention defaults to selfevo's grouped-query
+    kernel (see selfevo.attention)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -279,6 +301,7 @@ def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu", attn_imp
 
     if attn_implementation == attention.NAME:
         attention.register()
+    dtype = resolve_dtype(dtype, device)
     if device == "cpu" and dtype in ("bfloat16", "float16") and not cpu_has_native(dtype):
         _warn_slow_half(dtype)
     model = AutoModelForCausalLM.from_pretrained(resolve(name), dtype=getattr(torch, dtype),

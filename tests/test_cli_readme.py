@@ -193,8 +193,6 @@ def adapt_run(rest: list[str], pairs: dict[str, str], work: Path, case: int) -> 
     real = dict(pairs)
     if "model.backbones" in keys:
         real["model.backbones"] = "[" + ",".join(tiny(b) for b in as_list(pairs.get("model.backbones", TINY))) + "]"
-    if "model.dtype" in keys and "model.dtype" not in pairs:  # the presets' bf16 is several times slower on
-        real["model.dtype"] = "float32"                        # CPUs without native bf16 (AVX2-only machines)
     if "trainer.max_steps" in keys:
         real["trainer.max_steps"] = str(min(int(pairs.get("trainer.max_steps", 1)), 3))
     if "trainer.tasks_per_step" in keys:
@@ -202,7 +200,7 @@ def adapt_run(rest: list[str], pairs: dict[str, str], work: Path, case: int) -> 
     if "sampling.max_new_tokens" in keys:
         real["sampling.max_new_tokens"] = "4"
     if "output_dir" in keys:
-        real["output_dir"] = local(pairs["output_dir"], work) if "output_dir" in pairs else str(work / f"case{case}")
+        real["output_dir"] = local(pairs.get("output_dir", keys["output_dir"]), work)  # the recipe's own default
     return rest, pairs, real
 
 

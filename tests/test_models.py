@@ -87,3 +87,31 @@ def test_half_precision_on_a_cpu_without_it_warns_once_and_float32_never(monkeyp
     assert len(warned) == 1 and "model.dtype=float32" in warned[0]
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
     assert models.cpu_has_native("bfloat16") is True
+
+
+def test_auto_dtype_is_bf16_only_where_computed_natively(monkeypatch):
+    """model.dtype=auto: bfloat16 on a CPU with native bf16 matmuls (AVX512-BF16/AMX) or a CUDA GPU with bf16,
+    float32 elsewhere (the capability probes faked); explicit dtypes pass through unchanged."""
+    import torch
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert models.resolve_dtype("auto", "cpu") == "float32"
+    assert models.resolve_dtype("bfloat16", "cpu") == "bfloat16"  # asked for: kept (load_model warns)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    assert models.resolve_dtype("auto", "cpu") == "bfloat16"
+    assert models.resolve_dtype("float32", "cpu") == "float32"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert models.resolve_dtype("auto", "cuda:0") == "float32"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert models.resolve_dtype("auto", "cuda:0") == "bfloat16"
+
+
+def test_auto_dtype_loads_float32_on_an_avx2_cpu_without_a_warning(monkeypatch, caplog):
+    import torch
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    models._warn_slow_half.cache_clear()
+    with caplog.at_level("WARNING", logger="selfevo.models"):
+        model = models.load_model("tiny-random", dtype="auto")
+    assert next(model.parameters()).dtype == torch.float32
+    assert not [r for r in caplog.records if "without native" in r.getMessage()]

@@ -15,6 +15,7 @@ class Recipe:
     module: str
     config: str
     about: str
+    kind: str = "method"  # "method": a paper the toolkit implements; "baseline": a method compared against; "demo"
     default_preset: str = "cpu"
 
     def load(self):
@@ -28,20 +29,20 @@ class Recipe:
 RECIPES: Registry[Recipe] = Registry("recipe")
 for _r in (
     Recipe("demo", "selfevo.algorithms.demo", "DemoCfg",
-           "several agents (LoRA adapters) answer questions in one batch"),
+           "several agents (LoRA adapters) answer questions in one batch", kind="demo"),
     Recipe("comas", "selfevo.algorithms.comas", "CoMASCfg",
            "CoMAS: discussion → zero-sum interaction rewards → REINFORCE++"),
     Recipe("sage", "selfevo.algorithms.sage", "SageCfg",
            "SAGE: challenger, planner, solver, critic; verified question pool; Task-Relative REINFORCE++"),
     Recipe("mae", "selfevo.algorithms.mae", "MAECfg",
            "MAE: proposer, solver, judge on one adapter; judge rewards, no ground truth; question pool; "
-           "Task-Relative REINFORCE++"),
+           "Task-Relative REINFORCE++", kind="baseline"),
     Recipe("maestro", "selfevo.algorithms.maestro", "MaestroCfg",
            "MAESTRO: N×K candidates, a trained central selector, broadcast; CLPO (or GRPO / SFT / prompt only)"),
     Recipe("azr", "selfevo.algorithms.azr", "AZRCfg",
            "AZR: one model proposes and solves deduction / abduction / induction code tasks, validated by "
-           "execution; Task-Relative REINFORCE++"),
+           "execution; Task-Relative REINFORCE++", kind="baseline"),
     Recipe("grpo", "selfevo.algorithms.grpo", "GRPOCfg",
-           "GRPO: one agent, the evaluation's prompt, verifier reward (the plain RL baseline)"),
+           "GRPO: one agent, the evaluation's prompt, verifier reward (the plain RL baseline)", kind="baseline"),
 ):
     RECIPES.register(_r.name)(_r)

@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from selfevo import heap
+from selfevo import distributed, heap
 from selfevo.config import ConfigError
-from selfevo.models import resolve_device
+from selfevo.models import dtype_reason, resolve_device
 from selfevo.policy import LoraSettings, PolicyStore
 from selfevo.types import SamplingParams
 
@@ -35,7 +36,11 @@ def policy_store(model: DictConfig, map_layer_blocks: bool = False, **settings) 
         device = resolve_device(model.device)
     except ValueError as exc:
         raise ConfigError(f"model.device: {exc}") from None
-    return PolicyStore(dtype=model.dtype, lora=lora, device=device, **settings)
+    store = PolicyStore(dtype=model.dtype, lora=lora, device=device, **settings)
+    if model.dtype == "auto" and distributed.is_main():
+        print(f"selfevo: model.dtype=auto -> {store.dtype} ({dtype_reason(store.dtype, store.device)})",
+              file=sys.stderr, flush=True)
+    return store
 
 
 def add_agents(store: PolicyStore, names: list[str], backbones: list[str]) -> None:
