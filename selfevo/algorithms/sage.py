@@ -52,7 +52,8 @@ class SageProtocolCfg:
                                       "D ∪ {q} is a no-op); default: Eq. 6, as for any item that is not admitted")
     sample_after_admission: bool = opt(True, "Alg. 1 order: plan-solve items are drawn after this step's new items "
                                              "entered the pool (false: drawn before the challenge phase)")
-    difficulty_filter: bool = opt(False, "also reject new items whose r_d is outside [min, max] (not in Alg. 1)")
+    difficulty_filter: bool = opt(False, "also reject new items whose r_d is outside [min, max] (not in Alg. 1; "
+                                         "a rejected item is paid Eq. 6)")
     min_difficulty: float = opt(0.0, "difficulty filter: lowest admitted r_d", ge=0, le=1)
     max_difficulty: float = opt(1.0, "difficulty filter: highest admitted r_d", ge=0, le=1)
     train_challenger: bool = opt(True, "train on Challenger turns (Table 3 ablation: false)")
@@ -185,10 +186,10 @@ def plan_solve_program(a: Agents, p: SageProtocolCfg):
 
 # ---- admission to the pool --------------------------------------------------------------------------------------
 def admit(ep: Episode, pool: QuestionPool, p: SageProtocolCfg, step: int) -> str | None:
-    """Algorithm 1 lines 7-13 for one challenge episode: fills ``ep.meta`` (s_q, valid, r_d, duplicate) and adds the
-    new item to the pool; returns the rejection reason (None = admitted). The verifier is valid when
-    :func:`validate_item` (math: the answer parses; code: format, the reference passes twice) and
-    :func:`check_generated` (no words in a math answer, no answer in the question, a reference that verifies
+    """Algorithm 1 lines 7-13 for one challenge episode: fills ``ep.meta`` (s_q, valid, r_d, duplicate,
+    difficulty_filtered) and adds the new item to the pool; returns the rejection reason (None = admitted). The
+    verifier is valid when :func:`validate_item` (math: the answer parses; code: format, the reference passes twice)
+    and :func:`check_generated` (no words in a math answer, no answer in the question, a reference that verifies
     against itself) accept it."""
     ch = [t for t in ep.turns if t.role == "challenger"][-1]
     if not ch.parsed.ok:
@@ -209,6 +210,7 @@ def admit(ep: Episode, pool: QuestionPool, p: SageProtocolCfg, step: int) -> str
         ep.meta["duplicate"] = True
         return "duplicate"
     if p.difficulty_filter and not p.min_difficulty <= r_d <= p.max_difficulty:
+        ep.meta["difficulty_filtered"] = True
         return "too easy" if r_d < p.min_difficulty else "too hard"
     pool.add(new, f"step {step}", r_d)
     return None

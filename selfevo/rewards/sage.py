@@ -4,8 +4,9 @@
   it writes them in stages; the last holds the whole answer); if its question parsed, a Critic turn scores it and
   N_s Solver samples (``role="difficulty"``) try it.
   The recipe has already decided admission and put ``s_q``, ``r_d`` (None when not computed) and ``valid`` in
-  ``episode.meta``. Challenger: Eq. 5 if ``s_q ≥ α`` and the verifier is valid and the item is not a rejected
-  duplicate (``meta["duplicate"]``; paid as admitted with ``pay_duplicates``), else Eq. 6; a Challenger whose
+  ``episode.meta``. Challenger: Eq. 5 if ``s_q ≥ α`` and the verifier is valid and the item is neither a rejected
+  duplicate (``meta["duplicate"]``; paid as admitted with ``pay_duplicates``) nor rejected by the optional difficulty
+  filter (``meta["difficulty_filtered"]``), else Eq. 6 (an item that does not enter the pool); a Challenger whose
   output does not parse gets Eq. 6 with ``s_q = 0`` (no question to score). Critic: Eq. 13. The difficulty samples
   only measure r_d (Eq. 4): they carry no reward and are not trained.
 * ``sage_plan_solve`` — a plan-solve episode: Planner (``planner``), Critic on the plan (``critic``,
@@ -58,7 +59,8 @@ def sage_challenge(format_tags: FormatTags, alpha: float = 0.7, pay_duplicates: 
             r_f = _rf(ep.turns[stages[-1]], domain, format_tags)
             formats["challenger"].append(r_f)
             s_q, r_d = ep.meta.get("s_q"), ep.meta.get("r_d")
-            credited = bool(ep.meta.get("valid")) and (pay_duplicates or not ep.meta.get("duplicate"))
+            credited = bool(ep.meta.get("valid")) and not ep.meta.get("difficulty_filtered") and \
+                (pay_duplicates or not ep.meta.get("duplicate"))
             r_c = sage_challenger_reward(s_q or 0.0, r_d if r_d is not None else 0.0, r_f, credited, alpha)
             rewards.update({i: r_c for i in stages})
             for i, t in enumerate(ep.turns):

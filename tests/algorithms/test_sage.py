@@ -199,6 +199,23 @@ def test_a_rejected_duplicate_is_paid_as_not_admitted_unless_asked():
     assert challenger_reward(dup, pay_duplicates=True) == pytest.approx((s_q + r_d + r_f) / 3)
 
 
+@pytest.mark.parametrize("solved, options, reason, r_d", [
+    (["\\boxed{2}"], {"min_difficulty": 0.25}, "too easy", 0.0),  # the one sample is right
+    (["\\boxed{3}"], {"max_difficulty": 0.75}, "too hard", 1.0),  # the one sample is wrong
+])
+def test_an_item_the_difficulty_filter_rejects_is_paid_eq_6(solved, options, reason, r_d):
+    # issue 58 item 8: an item that does not enter the pool gets Eq. 6 (before: Eq. 5, 0.630 / 0.963)
+    pool = QuestionPool.from_tasks([REF])
+    ep = challenge(QUESTION, 9, solved)
+    assert admit(ep, pool, SageProtocolCfg(difficulty_filter=True, **options), 0) == reason and len(pool) == 1
+    s_q, r_f = 8 / 9, 1.0  # score 9; both tags present once
+    assert ep.meta["valid"] and ep.meta["r_d"] == r_d
+    assert challenger_reward(ep) == pytest.approx((s_q + r_f) / 2)  # Eq. 6: 0.944
+    kept = challenge(QUESTION, 9, solved)  # the filter off: admitted, Eq. 5
+    assert admit(kept, QuestionPool.from_tasks([REF]), SageProtocolCfg(), 0) is None
+    assert challenger_reward(kept) == pytest.approx((s_q + r_d + r_f) / 3)
+
+
 def test_an_empty_plan_is_not_shown_and_not_paid():
     p = SageProtocolCfg(planner_prefix="<plan>")
     program = plan_solve_program(Agents.build(p), p)(ep := Episode(REF))
