@@ -4,11 +4,11 @@ native bf16 matmuls, and the GPU dtype is checked below with the engine argument
 the token limits (4 new tokens, rollouts and in-loop evaluation: the step's shapes do not depend on it, its time
 does) and the engine (hf: the presets name vLLM for GPUs, and vLLM's CPU build cannot serve tiny-random's head_dim
 16) are changed, plus what the token limit forces: a random model never stops within 4 tokens, so every completion
-is cut and the presets' ``trainer.mask_truncated=true`` (CoMAS's released code) would leave nothing to update;
-``mask_truncated=false`` lets the update run on the paper's batch settings. Each run
-writes its metrics line, whose shape is checked against the paper's numbers. A random model writes no parsable
-score, question or selection: the rewards are those of parse failures (what the step does with them is tested with
-scripted engines elsewhere); here the shapes, the schedule and the update are what is exercised.
+is cut and ``trainer.mask_truncated=true`` (the CoMAS and MAESTRO presets: CoMAS's released code) would leave nothing
+to update; ``mask_truncated=false`` lets the update run on the paper's batch settings. Each run writes its metrics
+line, whose shape is checked against the paper's numbers. A random model writes no parsable score, question or
+selection: the rewards are those of parse failures (what the step does with them is tested with scripted engines
+elsewhere); here the shapes, the schedule and the update are what is exercised.
 """
 import json
 
@@ -94,6 +94,17 @@ def test_gpu_presets_give_vllm_the_documented_lora_serving_arguments(recipe, lor
                     "max_cpu_loras": 2 * loras, "max_model_len": model_len, "enable_prefix_caching": True,
                     "enforce_eager": False, "seed": cfg.seed, "gpu_memory_utilization": memory}
     assert "gpu_memory_utilization" not in engine_args(cfg.engine, cfg.model.dtype, rank, cuda=False)  # CPU
+
+
+@pytest.mark.parametrize("recipe,masked", [("comas", True), ("azr", False), ("sage", False), ("mae", False)])
+def test_paper_presets_mask_truncated_completions_as_their_papers_do(recipe, masked):
+    """Issue 58 item 7: CoMAS's released code leaves cut completions out of training; AZR (Eq. 6: −1 for a format
+    error), SAGE and MAE (verl: no masking in the released configs) train on them with their format penalty."""
+    from selfevo.algorithms import RECIPES
+    from selfevo.config import load_config
+
+    cfg = load_config(RECIPES.get(recipe).config_class(), recipe, "paper", [])
+    assert cfg.trainer.mask_truncated is masked
 
 
 def test_server_flags_follow_the_engine_section():
