@@ -1,5 +1,5 @@
 """``selfevo`` command line: ``ls``, ``run RECIPE [--preset P] [--dry-run] key=value ...``, ``verify``, ``eval``,
-``prepare``.
+``prepare``, ``report``, ``sweep``.
 
 Every error that comes from the user's input (unknown recipe, preset, config key, model name, bad file) is printed
 as one line on stderr with exit code 2; configs are validated before anything is loaded or written.
@@ -25,6 +25,7 @@ commands:
   selfevo prepare [MODEL ...]                  build the local cache of built-in models (default: the embedded one)
   selfevo prepare data [NAME ...] [--from DIR] fill the benchmark-data cache from the hub or a local copy
   selfevo report DIR [DIR ...] [--output F]    one self-contained HTML page: curves, transcripts, config, eval items
+  selfevo sweep FILE.yaml [--jobs N] [--table]  rows (recipe, preset, overrides) x seeds, trained, evaluated, paired
 
 examples:
   selfevo run comas
@@ -177,8 +178,14 @@ def _report(argv: list[str]) -> int:
     return report_main(argv)
 
 
+def _sweep(argv: list[str]) -> int:
+    from selfevo.sweep import main as sweep_main
+
+    return sweep_main(argv)
+
+
 COMMANDS = {"ls": lambda argv: _ls(), "run": _run, "verify": _verify, "eval": _eval, "prepare": _prepare,
-            "report": _report}
+            "report": _report, "sweep": _sweep}
 
 
 def main(argv: list[str] | None = None) -> int:

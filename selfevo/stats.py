@@ -10,6 +10,10 @@
   difference), mean ± t·s/√k with Student's t at k − 1 degrees of freedom (s: the sample standard deviation of the
   k changes). The paired interval of the seed-averaged items counts item noise only; this one counts how much the
   effect moves from one training run to the next, which at k = 3 (t = 4.30) is often the larger part.
+* :func:`item_mean` and :func:`row_summary` — a sweep row over its seeds (``selfevo sweep``'s table, formulas of
+  ``benchmarks/ablations/effect.py``'s rows): the seed-averaged per-item accuracy with the Wilson interval of its
+  rounded count, the paired difference of those items against a baseline row's (seed-averaged) items, each seed's
+  own accuracy and paired change, and :func:`seed_interval` over the seeds' changes.
 * :func:`t975` — Student's t quantile at 0.975 (two-sided 95%): a table for 1-30 degrees of freedom, the
   Cornish-Fisher expansion in 1/df beyond (within 1e-4 of the table at 30, tending to z).
 """
@@ -75,3 +79,36 @@ def seed_interval(changes: Sequence[float]) -> dict[str, float | int | None]:
     sd = math.sqrt(sum((c - mean) ** 2 for c in changes) / (k - 1))
     half = t975(k - 1) * sd / math.sqrt(k)
     return {"k": k, "mean": mean, "sd": sd, "low": mean - half, "high": mean + half}
+
+
+def item_mean(lists: Sequence[Sequence[float]]) -> list[float]:
+    """The per-item mean of equally long lists (one per seed): ``[[1, 0], [1, 1]]`` → ``[1.0, 0.5]``."""
+    if not lists:
+        raise ValueError("item_mean needs at least one list")
+    if len({len(x) for x in lists}) != 1:
+        raise ValueError(f"item lists differ in length: {sorted({len(x) for x in lists})}")
+    return [sum(col) / len(col) for col in zip(*lists)]
+
+
+def row_summary(seeds: dict[str, Sequence[float]], baseline: Sequence[float] | None) -> dict:
+    """A row of per-item 0/1 verdicts over its seeds (``{seed: items}``, the items in one order for every seed and
+    the baseline), against ``baseline`` (the baseline row's seed-averaged items; None: the row is the baseline or
+    there is none):
+
+    ``n``, ``accuracy`` (of the seed-averaged items) and ``accuracy_ci`` (:func:`wilson` of its rounded count);
+    ``per_seed`` ``{seed: {"accuracy", "diff"}}`` (``diff``: the seed's paired change against the baseline); with a
+    baseline also ``paired`` (:func:`paired_difference` of the seed-averaged items against it) and ``over_seeds``
+    (:func:`seed_interval` of the seeds' changes); without, both None."""
+    if not seeds:
+        raise ValueError("row_summary needs at least one seed")
+    avg = item_mean(list(seeds.values()))
+    n = len(avg)
+    if baseline is not None and len(baseline) != n:
+        raise ValueError(f"paired items differ in number: {len(baseline)} in the baseline, {n} in the row")
+    per_seed = {s: {"accuracy": sum(items) / n,
+                    "diff": paired_difference(baseline, items)["diff"] if baseline is not None else None}
+                for s, items in seeds.items()}
+    paired = paired_difference(baseline, avg) if baseline is not None else None
+    spread = seed_interval([p["diff"] for p in per_seed.values()]) if baseline is not None else None
+    return {"n": n, "accuracy": sum(avg) / n, "accuracy_ci": list(wilson(int(round(sum(avg))), n)),
+            "per_seed": per_seed, "paired": paired, "over_seeds": spread}

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from selfevo.stats import Z95, paired_difference, seed_interval, t975, wilson
+from selfevo.stats import Z95, item_mean, paired_difference, row_summary, seed_interval, t975, wilson
 
 
 def test_wilson_by_hand():
@@ -82,3 +82,41 @@ def test_seed_interval_degenerate_cases():
     assert (one["k"], one["mean"], one["sd"], one["low"], one["high"]) == (1, 0.2, None, None, None)
     with pytest.raises(ValueError, match="at least one"):
         seed_interval([])
+
+
+def test_item_mean_by_hand():
+    assert item_mean([[1, 0, 1], [1, 1, 0]]) == [1.0, 0.5, 0.5]
+    assert item_mean([[0, 1]]) == [0.0, 1.0]  # one seed: its own items
+    with pytest.raises(ValueError):
+        item_mean([[1, 0], [1]])
+    with pytest.raises(ValueError):
+        item_mean([])
+
+
+def test_row_summary_by_hand():
+    # seed-averaged items [1, .5, 1, 0] (accuracy 0.625) against the baseline [0, 0, 1, 0]: d = 1, .5, 0, 0,
+    # mean .375, s² = (.625² + .125² + 2·.375²)/3 = .6875/3; each seed's own change .25 and .5: t(1)·s/√2 with
+    # s = .25/√2, i.e. 12.706205 · .125
+    row = row_summary({"0": [1, 0, 1, 0], "1": [1, 1, 1, 0]}, [0, 0, 1, 0])
+    assert row["n"] == 4 and row["accuracy"] == 0.625
+    assert row["accuracy_ci"] == pytest.approx(list(wilson(2, 4)))  # round(2.5) = 2, as effect.py's rows
+    assert row["per_seed"] == {"0": {"accuracy": 0.5, "diff": 0.25}, "1": {"accuracy": 0.75, "diff": 0.5}}
+    half = Z95 * math.sqrt(0.6875 / 3) / 2
+    assert (row["paired"]["diff"], row["paired"]["low"], row["paired"]["high"]) == pytest.approx(
+        (0.375, 0.375 - half, 0.375 + half))
+    assert (row["paired"]["improved"], row["paired"]["worsened"]) == (2, 0)
+    assert (row["over_seeds"]["low"], row["over_seeds"]["high"]) == pytest.approx(
+        (0.375 - 12.706205 * 0.125, 0.375 + 12.706205 * 0.125))
+
+
+def test_row_summary_degenerate_cases():
+    alone = row_summary({"0": [1, 0]}, None)  # the baseline row itself: no comparison
+    assert alone["paired"] is None and alone["over_seeds"] is None and alone["per_seed"]["0"]["diff"] is None
+    one = row_summary({"3": [1, 1]}, [0, 1])  # one seed: a paired interval, no spread over seeds
+    assert one["over_seeds"]["k"] == 1 and one["over_seeds"]["low"] is None and one["paired"]["diff"] == 0.5
+    same = row_summary({"0": [1, 0], "1": [1, 0]}, [1, 0])  # nothing changed on any seed: points at 0
+    assert (same["paired"]["low"], same["paired"]["high"], same["over_seeds"]["low"]) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        row_summary({"0": [1, 0, 1]}, [1, 0])
+    with pytest.raises(ValueError):
+        row_summary({}, [1])

@@ -1,0 +1,196 @@
+"""A sweep's table and figure, rebuilt from its folders alone: ``OUT/table.json``, ``OUT/table.md``,
+``OUT/curves.png``.
+
+Every ``OUT/<row>/seed<k>/eval/`` that ``selfevo eval`` finished (its summary.json) gives that seed's per-item
+verdicts (items.jsonl, in the benchmark's order) and answers; the run directory beside it gives the training time
+(the sum of metrics.jsonl's ``step_s``), the steps, the curves and the command (run.json's first launch). The
+statistics are :func:`selfevo.stats.row_summary`'s: the seed-averaged accuracy (Wilson 95%), the paired difference
+of the seed-averaged items against the baseline row's (normal 95%), each seed's own change and the t interval of
+those changes over seeds.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from selfevo.config import ConfigError
+from selfevo.stats import item_mean, row_summary, seed_interval
+
+
+def _seed_dirs(row_dir: Path) -> list[tuple[str, Path]]:
+    """``(seed, folder)`` of every seed folder of a row whose evaluation finished, by seed."""
+    found = [(d.name[4:], d) for d in row_dir.glob("seed*") if d.name[4:].isdigit() and
+             (d / "eval" / "summary.json").exists()]
+    return sorted(found, key=lambda x: int(x[0]))
+
+
+def read_eval(eval_dir: Path) -> dict[str, Any]:
+    """One finished evaluation: its record (summary.json's first: benchmark, setup, split, n, accuracy) and per item
+    its id, 0/1 verdict and answer length; ``answers_sha256`` of the answers in order joined by ``"\\n\\x00"`` (as
+    effect.json's)."""
+    record = json.loads((eval_dir / "summary.json").read_text())[0]
+    lines = (eval_dir / f"{record['benchmark']}-{record['setup']}" / "items.jsonl").read_text().splitlines()
+    items = [json.loads(x) for x in lines if x.strip()]
+    answers = [it["final_response"] or "" for it in items]
+    return {"record": record, "ids": [it["id"] for it in items], "items": [float(it["correct"]) for it in items],
+            "answer_chars": round(sum(map(len, answers)) / len(answers), 1) if answers else None,
+            "answers_sha256": hashlib.sha256("\n\x00".join(answers).encode()).hexdigest()}
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    """The training side of a seed folder: steps, seconds (sum of ``step_s``), its command; empty for an
+    evaluation-only row."""
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.exists():
+        return {}
+    lines = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+    launches = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else []
+    argv = launches[0]["argv"][1:] if launches else []
+    return {"steps": len(lines), "train_s": round(sum(m.get("step_s") or 0 for m in lines), 1),
+            "command": "selfevo " + " ".join(a for a in argv if a != "resume=true") if argv else None}
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return round(sum(xs) / len(xs), 1) if xs else None
+
+
+def collect(cfg: DictConfig, rows: dict[str, DictConfig]) -> dict[str, Any]:
+    """table.json's content: every row with at least one finished evaluation, in the file's order."""
+    out = Path(cfg.output_dir)
+    seeds = {name: {s: {**read_eval(d / "eval"), **read_run(d)} for s, d in _seed_dirs(out / name)} for name in rows}
+    seeds = {name: per for name, per in seeds.items() if per}
+    first = next((p for per in seeds.values() for p in per.values()), None)
+    ids = first["ids"] if first else []
+    for name, per in seeds.items():
+        for s, p in per.items():
+            if p["ids"] != ids:
+                raise ConfigError(f"{out / name / ('seed' + s) / 'eval'} holds other items than the rest of the "
+                                  f"sweep ({len(p['ids'])} against {len(ids)}): another limit or split?")
+    base = cfg.baseline if cfg.baseline in seeds else None
+    base_items = item_mean([p["items"] for p in seeds[base].values()]) if base else None
+    table_rows = {}
+    for name, per in seeds.items():
+        stats = row_summary({s: p["items"] for s, p in per.items()}, None if name == base else base_items)
+        row = rows[name]
+        table_rows[name] = {
+            "about": row.about, "recipe": row.recipe, "setup": per[next(iter(per))]["record"]["setup"],
+            **{k: stats[k] for k in ("n", "accuracy", "accuracy_ci", "paired", "over_seeds")},
+            "seeds": [int(s) for s in per], "answer_chars": _mean([p["answer_chars"] for p in per.values()]),
+            "train_s": _mean([p.get("train_s") for p in per.values()]),
+            "per_seed": {s: {**stats["per_seed"][s], **{k: p[k] for k in ("answer_chars", "answers_sha256")},
+                             **{k: p[k] for k in ("steps", "train_s", "command") if k in p}, "items": p["items"]}
+                         for s, p in per.items()}}
+    record = first["record"] if first else {}
+    return {"benchmark": record.get("benchmark"), "split": record.get("split"), "n": len(ids),
+            "sampling": record.get("sampling"), "baseline": base, "item_ids": ids, "rows": table_rows}
+
+
+def _ci(pair) -> str:
+    return f"[{pair[0]:.3f}, {pair[1]:.3f}]"
+
+
+def _signed(x: dict | None, key: str = "diff") -> str:
+    if not x or x.get("low") is None:
+        return "–"
+    return f"{x[key]:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]"
+
+
+def markdown(table: dict[str, Any]) -> str:
+    """table.md: a line naming the evaluation, then one row per sweep row."""
+    s = table.get("sampling") or {}
+    head = (f"{table['benchmark']} ({table['split']}), {table['n']} items, temperature {s.get('temperature')}, "
+            f"max {s.get('max_new_tokens')} new tokens; paired against: {table['baseline'] or 'no baseline'}\n\n")
+    lines = ["| row | setup | seeds | accuracy (seed-avg, Wilson 95%) | − baseline (paired 95%) | items +/− | per seed: "
+             "accuracy (− baseline) | over seeds (t 95%) | answer chars | training s (mean) |", "|---" * 10 + "|"]
+    for name, r in table["rows"].items():
+        paired = r["paired"]
+        per = ", ".join(f"{p['accuracy']:.3f}" + (f" ({p['diff']:+.3f})" if p["diff"] is not None else "")
+                        for p in r["per_seed"].values())
+        spread = r["over_seeds"] if r["over_seeds"] and r["over_seeds"]["k"] > 1 else None
+        moved = f"+{paired['improved']}/−{paired['worsened']}" if paired else "–"
+        vs = "baseline" if name == table["baseline"] else _signed(paired)
+        seconds = r["train_s"] if r["train_s"] is not None else "–"
+        lines.append(f"| {name} | {r['setup']} | {len(r['seeds'])} | {r['accuracy']:.3f} {_ci(r['accuracy_ci'])} | "
+                     f"{vs} | {moved} | {per} | {_signed(spread, 'mean')} | {r['answer_chars']} | {seconds} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def curves(cfg: DictConfig, rows: dict[str, DictConfig]) -> dict[str, dict[str, list]]:
+    """Per row with ``curve`` keys: per key ``[steps, mean, low, high]`` over the seeds (t 95%; one seed: its
+    values), from each seed's metrics.jsonl."""
+    out, result = Path(cfg.output_dir), {}
+    for name, row in rows.items():
+        runs = [[json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
+                for _, d in _seed_dirs(out / name) if (d / "metrics.jsonl").exists()]
+        if not row.curve or not runs:
+            continue
+        result[name] = {key: _band(runs, key) for key in row.curve}
+    return result
+
+
+def _dig(m: dict, key: str):
+    if key in m:  # a flat key with a dot (AZR's "valid.deduction")
+        return m[key]
+    for part in key.split("."):
+        m = m.get(part) if isinstance(m, dict) else None
+    return m
+
+
+def _band(runs: list[list[dict]], key: str) -> list[list[float]]:
+    values: dict[int, list[float]] = {}
+    for run in runs:
+        for m in run:
+            if isinstance(x := _dig(m, key), (int, float)):
+                values.setdefault(m["step"], []).append(float(x))
+    steps = sorted(values)
+    spreads = [seed_interval(values[s]) for s in steps]
+    return [steps, [x["mean"] for x in spreads], [x["low"] if x["low"] is not None else x["mean"] for x in spreads],
+            [x["high"] if x["high"] is not None else x["mean"] for x in spreads]]
+
+
+def plot(bands: dict[str, dict[str, list]], path: Path) -> bool:
+    """curves.png: one panel per row, each curve key's mean over seeds per step with its 95% band; False (and no
+    file) when no row has curves."""
+    if not bands:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(4, len(bands))
+    lines = (len(bands) + cols - 1) // cols
+    fig, axes = plt.subplots(lines, cols, figsize=(5 * cols, 3.6 * lines), squeeze=False)
+    for ax, (name, keys) in zip(axes.flat, bands.items()):
+        for key, (steps, mean, low, high) in keys.items():
+            (line,) = ax.plot(steps, mean, marker="o", label=key)
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(bands):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, metadata={"Software": None})  # no version stamp: a rebuild is byte for byte the same
+    plt.close(fig)
+    return True
+
+
+def write(cfg: DictConfig, rows: dict[str, DictConfig]) -> str:
+    """Rebuild table.json, table.md and curves.png in the sweep's output_dir; returns table.md's text."""
+    out = Path(cfg.output_dir)
+    table = collect(cfg, rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.json").write_text(json.dumps(table, indent=1) + "\n")
+    md = markdown(table)
+    (out / "table.md").write_text(md)
+    png = out / "curves.png"
+    if not plot(curves(cfg, rows), png):
+        png.unlink(missing_ok=True)
+    return md

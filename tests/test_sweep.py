@@ -1,0 +1,232 @@
+"""``selfevo sweep`` (selfevo.sweep): the sweep file checked key by key before anything runs (one-line errors, exit
+2), what a run folder says is left to do, the table rebuilt from folders against numbers worked out by hand, the
+submitit launcher through its local executor, and benchmarks/sweeps/smoke.yaml end to end: killed with -9 in the
+middle, run again to the end, and ``--table`` rebuilding the same files byte for byte."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from helpers.paths import ROOT
+from selfevo import cli
+from selfevo.loop import checkpoint
+from selfevo.sweep import launch, spec, table
+from selfevo.sweep.spec import Job
+
+SMOKE = ROOT / "benchmarks" / "sweeps" / "smoke.yaml"
+
+
+def _sweep_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(f"output_dir: {tmp_path / 'out'}\n" + text)
+    return path
+
+
+GOOD = """seeds: [0]
+baseline: base
+eval: {benchmark: arith, limit: 2}
+rows:
+  base: {}
+"""
+
+
+@pytest.mark.parametrize("text,message", [
+    (GOOD.replace("seeds:", "seed:"), "unknown config key 'seed' in {f}; did you mean 'seeds'?"),
+    (GOOD.replace("limit: 2", "limt: 2"), "unknown config key 'eval.limt' in {f}; did you mean 'eval.limit'?"),
+    (GOOD.replace("base: {}", "base: {overides: [a=1]}"),
+     "unknown config key 'overides' in {f}, row 'base'; did you mean 'overrides'?"),
+    (GOOD.replace("base: {}", "base: {recipe: grop}"), "did you mean 'grpo'?"),
+    (GOOD.replace("baseline: base", "baseline: bse"), "baseline 'bse' is not a row of {f} (did you mean 'base'?)"),
+    (GOOD.replace("arith", "arihm"), "did you mean 'arith'?"),
+    (GOOD.replace("limit: 2", "limit: 0"), "eval.limit must be >= 1, got 0"),
+    (GOOD.replace("base: {}", "base: {seeds: [x]}"), "seeds"),
+    (GOOD.replace("base: {}", "base/x: {}"), "row name 'base/x'"),
+    (GOOD.replace("rows:\n  base: {}\n", "rows: {}\n").replace("baseline: base", "baseline: null"), "names no rows"),
+])
+def test_sweep_file_errors_are_one_line(tmp_path, capsys, text, message):
+    path = _sweep_file(tmp_path, text)
+    assert cli.main(["sweep", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("selfevo: ") and message.format(f=path) in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_run_config_is_checked_before_anything_runs(tmp_path, capsys):
+    rows = GOOD + "  grpo: {recipe: grpo, overrides: [trainer.max_step=2]}\n"
+    assert cli.main(["sweep", str(_sweep_file(tmp_path, rows))]) == 2
+    err = capsys.readouterr().err
+    assert "unknown config key 'trainer.max_step'" in err and "did you mean 'trainer.max_steps'?" in err
+    rows = GOOD + "  grpo: {recipe: grpo, eval_set: [rouns=2]}\n"  # an eval key no setup has
+    assert cli.main(["sweep", str(_sweep_file(tmp_path, rows))]) == 2
+    assert "unknown key 'rouns'" in capsys.readouterr().err
+    assert cli.main(["sweep", str(_sweep_file(tmp_path, GOOD)), "--only", "bas"]) == 2
+    assert "--only: no row 'bas' (did you mean 'base'?)" in capsys.readouterr().err
+    assert cli.main(["sweep", str(_sweep_file(tmp_path, GOOD)), "--jobs", "4096"]) == 2
+    assert "--jobs 4096 is more than the" in capsys.readouterr().err
+    assert cli.main(["sweep", str(tmp_path / "none.yaml")]) == 2
+    assert "no sweep file" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_plan_builds_the_run_and_eval_commands(tmp_path):
+    cfg, rows = spec.load_sweep(SMOKE)
+    cfg.output_dir = str(tmp_path / "out")
+    jobs = spec.plan(cfg, rows, ["base", "grpo"], seeds=[3])
+    assert [(j.row, j.seed) for j in jobs] == [("base", 3), ("grpo", 3)]
+    base, grpo = jobs
+    where = tmp_path / "out" / "grpo" / "seed3"
+    assert base.train == () and base.eval[:3] == ("eval", "benchmark=arith", "setup=vanilla")
+    assert "sampling.temperature=0.0" in base.eval and "model.backbones=[tiny-random]" in base.eval
+    assert base.eval[-1] == f"output_dir={tmp_path / 'out' / 'base' / 'seed3' / 'eval'}" and "seed=3" in base.eval
+    assert grpo.train[:2] == ("run", "grpo") and grpo.train[-2:] == ("seed=3", f"output_dir={where}")
+    assert grpo.max_steps == 2 and f"adapters=[{where / 'adapters/final/agent0'}]" in grpo.eval
+    assert [c[3] for c in grpo.commands()] == ["run", "eval"]  # nothing there yet: train, then evaluate
+
+
+def _finished_run(where: Path, step: int, final: bool) -> None:
+    (where / "checkpoint").mkdir(parents=True)
+    (where / "checkpoint" / "state.json").write_text(json.dumps({"step": step}))
+    if final:
+        (where / "adapters" / "final" / "agent0").mkdir(parents=True)
+        (where / "adapters" / "final" / "agent0" / "adapter_config.json").write_text("{}")
+
+
+def test_what_a_run_folder_leaves_to_do(tmp_path):
+    job = Job("g", 0, tmp_path / "g", ("run", "grpo", "seed=0"), ("eval", "x=1"), max_steps=3,
+              adapter="adapters/final/agent0")
+    _finished_run(job.dir, 1, final=False)  # killed after step 1 of 3: resume
+    assert [c[3:] for c in job.commands()] == [["run", "grpo", "seed=0", "resume=true"], ["eval", "x=1"]]
+    (job.dir / "checkpoint" / "state.json").write_text(json.dumps({"step": 2}))  # killed before the final export
+    assert job.commands()[0][-1] == "resume=true"
+    (job.dir / "adapters" / "final" / "agent0").mkdir(parents=True)
+    (job.dir / "adapters" / "final" / "agent0" / "adapter_config.json").write_text("{}")
+    assert [c[3:] for c in job.commands()] == [["eval", "x=1"]]  # trained: only the evaluation is left
+    (job.dir / "eval").mkdir()
+    (job.dir / "eval" / "summary.json").write_text("[]")
+    assert job.commands() == []
+    fresh = Job("g", 1, tmp_path / "h", ("run", "grpo"), ("eval",), max_steps=3, adapter="adapters/final/agent0")
+    assert fresh.commands()[0][-1] == "grpo"  # no checkpoint: a fresh run, not resume=true
+
+
+def test_a_changed_sweep_file_does_not_reuse_a_run(tmp_path):
+    where = tmp_path / "run"
+    where.mkdir()
+    OmegaConf.save(OmegaConf.create({"seed": 0, "trainer": {"lr": 0.1}, "resume": False}), where / "config.yaml")
+    spec.check_same_run(where, OmegaConf.create({"seed": 0, "trainer": {"lr": 0.1}, "resume": True}))
+    with pytest.raises(spec.ConfigError, match="trained with trainer.lr=0.1, the sweep file now says 0.2"):
+        spec.check_same_run(where, OmegaConf.create({"seed": 0, "trainer": {"lr": 0.2}, "resume": False}))
+
+
+def _fake_eval(folder: Path, correct: list[int], answers: list[str] | None = None) -> None:
+    items = folder / "eval" / "arith-vanilla"
+    items.mkdir(parents=True)
+    answers = answers or ["ab"] * len(correct)
+    items.joinpath("items.jsonl").write_text("".join(
+        json.dumps({"id": f"q{i}", "correct": bool(c), "final_response": a}) + "\n"
+        for i, (c, a) in enumerate(zip(correct, answers))))
+    (folder / "eval" / "summary.json").write_text(json.dumps([{"benchmark": "arith", "setup": "vanilla",
+                                                               "split": "test", "sampling": {"temperature": 0.0,
+                                                                                             "max_new_tokens": 8}}]))
+
+
+def test_table_from_folders_by_hand(tmp_path):
+    cfg = OmegaConf.create({"output_dir": str(tmp_path), "baseline": "base"})
+    rows = {name: OmegaConf.create({"about": "", "recipe": None if name == "base" else "grpo",
+                                    "curve": ["r"] if name == "g" else []}) for name in ("base", "g")}
+    _fake_eval(tmp_path / "base" / "seed0", [0, 0, 1, 0], ["", "1", "22", "333"])
+    _fake_eval(tmp_path / "g" / "seed0", [1, 0, 1, 0])
+    _fake_eval(tmp_path / "g" / "seed1", [1, 1, 1, 0])
+    for seed, rewards in ((0, [0.0, 0.5]), (1, [0.5, 1.0])):
+        (tmp_path / "g" / f"seed{seed}" / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": i, "r": r, "step_s": 1.5}) + "\n" for i, r in enumerate(rewards)))
+    (tmp_path / "g" / "seed2").mkdir()  # a seed not evaluated yet: not in the table
+    md = table.write(cfg, rows)
+    got = json.loads((tmp_path / "table.json").read_text())
+    g = got["rows"]["g"]
+    # test_row_summary_by_hand's numbers: seed-avg [1, .5, 1, 0] against [0, 0, 1, 0]
+    assert g["seeds"] == [0, 1] and g["accuracy"] == 0.625 and g["paired"]["diff"] == 0.375
+    assert g["per_seed"]["1"]["diff"] == 0.5 and g["train_s"] == 3.0 and g["answer_chars"] == 2.0
+    assert got["rows"]["base"]["answer_chars"] == 1.5 and got["rows"]["base"]["paired"] is None
+    assert got["item_ids"] == ["q0", "q1", "q2", "q3"] and got["baseline"] == "base"
+    lines = md.splitlines()
+    assert lines[0] == "arith (test), 4 items, temperature 0.0, max 8 new tokens; paired against: base"
+    assert lines[4] == ("| base | vanilla | 1 | 0.250 [0.046, 0.699] | baseline | – | 0.250 | – | 1.5 | – |")
+    assert lines[5].startswith("| g | vanilla | 2 | 0.625 [0.150, 0.850] | +0.375 [-0.094, +0.844] | +2/−0 | "
+                               "0.500 (+0.250), 0.750 (+0.500) | +0.375 [-1.213, +1.963] | 2.0 | 3.0 |")
+    assert (tmp_path / "curves.png").exists()
+    assert table.curves(cfg, rows)["g"]["r"][:2] == [[0, 1], [0.25, 0.75]]
+    _fake_eval(tmp_path / "g" / "seed3", [1, 0, 1])  # another limit: a one-line error, not a wrong pairing
+    with pytest.raises(spec.ConfigError, match="holds other items"):
+        table.write(cfg, rows)
+
+
+def test_slurm_launcher_through_submitits_local_executor(tmp_path, capsys):
+    pytest.importorskip("submitit")
+    ok = Job("a", 0, tmp_path / "a" / "seed0", eval=("--help",))
+    bad = Job("b", 0, tmp_path / "b" / "seed0", eval=("frobnicate",))
+    failed = launch.run_submitit([ok, bad], tmp_path / "_submitit", {"timeout_min": 5}, cluster="local")
+    assert list(failed) == [bad] and "exited with 2" in failed[bad]
+    assert "selfevo sweep FILE.yaml" in launch.log_path(ok).read_text()
+    assert "unknown command 'frobnicate'" in launch.log_path(bad).read_text()
+
+
+def test_slurm_without_submitit_names_the_extra(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit → ImportError
+    assert cli.main(["sweep", str(_sweep_file(tmp_path, GOOD)), "--launcher", "slurm"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'selfevo[slurm]'" in err
+
+
+def test_threads_per_job_never_oversubscribe(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's budget, not the machine's cores
+    assert launch.budget() == 3 and launch.thread_env(3)["OMP_NUM_THREADS"] == "1"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert launch.budget() == launch.cores()
+    assert launch.thread_env(1, total=16)["OMP_NUM_THREADS"] == "16"
+    assert launch.thread_env(3, total=16)["OMP_NUM_THREADS"] == "5"
+    with pytest.raises(spec.ConfigError):
+        launch.thread_env(3, total=2)
+
+
+def _outputs(out: Path) -> dict[str, bytes]:
+    return {name: (out / name).read_bytes() for name in ("table.md", "table.json", "curves.png")}
+
+
+@pytest.mark.slow
+def test_smoke_sweep_survives_kill_9_and_rebuilds_its_table(tmp_path):
+    sweep = tmp_path / "smoke.yaml"
+    sweep.write_text(SMOKE.read_text().replace("output_dir: runs/sweeps/smoke", f"output_dir: {tmp_path / 'out'}"))
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "selfevo", "sweep", str(sweep)]
+    first = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not checkpoint.exists(out / "grpo" / "seed0") and first.poll() is None:
+        assert time.time() < deadline, "the first checkpoint never came"
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)  # the sweep and the runs it started, as a killed job loses them
+    first.wait()
+    assert not (out / "table.md").exists()
+    killed_at = json.loads(checkpoint.read_file(out / "grpo" / "seed0", "state.json"))["step"]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    log = (out / "grpo" / "seed0.log").read_text()
+    # the killed run went on from its checkpoint (unless the kill came after its last step: then it is evaluated)
+    assert ("resume=true" in log) == (killed_at < 1), (killed_at, log[-2000:])
+    assert "1 runs, 0 with work left" not in done.stdout and "with work left" in done.stdout
+    got = json.loads((out / "table.json").read_text())
+    assert list(got["rows"]) == ["base", "grpo"] and got["n"] == 4
+    assert all(r["seeds"] == [0, 1] for r in got["rows"].values())
+    assert got["rows"]["grpo"]["per_seed"]["0"]["steps"] == 2
+    before = _outputs(out)
+    again = subprocess.run([*cmd, "--dry-run"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert "4 runs, 0 with work left" in again.stdout
+    assert cli.main(["sweep", str(sweep), "--table"]) == 0
+    assert _outputs(out) == before
