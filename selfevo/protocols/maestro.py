@@ -6,7 +6,8 @@ Per round t = 1..R, every episode (task) of the batch in lockstep, one engine ca
 1. *Divergence* (one call): each of the N execution agents samples K candidates (slot ``a*K + j``). Round 1 uses
    the initial prompt; later rounds the interactive one with the agent's own K solutions of the previous round and
    the broadcast, except that with probability ε a sample uses the base prompt (the ε-greedy coverage floor; drawn
-   from ``request_seed(seed, "explore|" + episode key, round, slot)``).
+   from ``request_seed(seed, "explore|" + episode key, round, slot)``). The interactive (revision) prompts sample at
+   ``revision_temperature`` when it is set (App. C.1: 0.3), the others at the runner's temperature.
 2. *Convergence* (one call): the slate is shown in a seeded shuffled order (``request_seed(seed, "slate|" + key,
    round, 0)``; ``shuffle_slate=False``: agent-major) to the central agent, greedy (temperature 0, slot 0, role
    ``central``). With ``samples = G > 0`` the same call also draws G sampled central outputs (role
@@ -52,6 +53,9 @@ class RoundsCfg:
     rounds: int = opt(3, "R: rounds of exploration → selection → broadcast per question", ge=1)
     epsilon: float = opt(0.1, "ε: chance that a candidate of round ≥ 2 uses the base prompt (Sec. 3.2)", ge=0, le=1)
     central_temperature: float = opt(0.0, "temperature of the central agent's deciding output (paper: greedy)", ge=0)
+    revision_temperature: float | None = opt(None, "temperature of the revision (interactive) prompts of rounds >= 2 "
+                                                   "(App. C.1: 0.3); ε-exploration samples keep the sampling "
+                                                   "temperature (null: the sampling temperature everywhere)", ge=0)
     justification_chars: int | None = opt(300, "the broadcast's justification: its first this-many characters "
                                                "(null: whole)", ge=1)
     history_chars: int | None = opt(1500, "each earlier solution an agent sees again: its last this-many characters "
@@ -121,8 +125,11 @@ class MaestroProtocol:
                 for j in range(k):
                     base = rnd == 1 or self.explore(ep, rnd, a * k + j)
                     ctx = {} if base else {"history": previous[a], "broadcast": feedback}
-                    asks.append(ask(self.executors[a], self.executor_agents[a], t, label="execution", round=rnd,
-                                    meta={"agent_index": a, "explore": rnd > 1 and base}, **ctx))
+                    one = ask(self.executors[a], self.executor_agents[a], t, label="execution", round=rnd,
+                              meta={"agent_index": a, "explore": rnd > 1 and base}, **ctx)
+                    if not base and self.cfg.revision_temperature is not None:  # App. C.1: revision prompts at 0.3
+                        one = dataclasses.replace(one, temperature=self.cfg.revision_temperature)
+                    asks.append(one)
             cands = self.replayed(t, asks) if rnd == 1 and self.replay is not None else (yield asks)
             previous = [[HistoryItem(str(c.agent), "solution", c.text) for c in cands[a * k:(a + 1) * k]]
                         for a in range(n)]

@@ -76,6 +76,28 @@ def test_epsilon_one_gives_base_prompts_and_no_samples_without_training():
     assert episodes[0].meta["rounds"][1]["explored"] == 4
 
 
+def test_revision_prompts_sample_at_the_revision_temperature():
+    """App. C.1: "for ... revision prompts, we reduce the temperature to 0.3": the interactive (revision) prompts of
+    rounds >= 2 run at ``revision_temperature``; round 1 and ε-exploration samples (the base prompt) keep the
+    runner's 0.7; null keeps 0.7 everywhere."""
+    def temperatures(call):  # per request: (is it a revision prompt, its temperature)
+        return [("Previous Solutions" in r.messages[-1]["content"], r.sampling.temperature) for r in call]
+
+    engine, _ = run_protocol([add_task(1)], revision_temperature=0.3)
+    assert temperatures(engine.calls[0]) == [(False, 0.7)] * 4  # round 1: the initial prompt
+    assert temperatures(engine.calls[2]) == [(True, 0.3)] * 4  # round 2: every candidate revises
+    assert engine.calls[1][0].sampling.temperature == 0.0  # the central agent stays greedy
+    engine, _ = run_protocol([add_task(1)], revision_temperature=0.3, epsilon=1.0)
+    assert temperatures(engine.calls[2]) == [(False, 0.7)] * 4  # ε-exploration: the base prompt, not a revision
+    engine, _ = run_protocol([add_task(1)])
+    assert temperatures(engine.calls[2]) == [(True, 0.7)] * 4  # null (the default): the sampling temperature
+    from selfevo.algorithms.maestro import MaestroCfg
+    from selfevo.config import ConfigError, load_config
+    assert load_config(MaestroCfg, "maestro", "paper", []).protocol.revision_temperature == 0.3
+    with pytest.raises(ConfigError, match="revision_temperature"):
+        load_config(MaestroCfg, "maestro", "paper", ["protocol.revision_temperature=-1"])
+
+
 def test_parse_failures_are_recorded_never_candidate_one():
     tasks = [add_task(i) for i in range(8)]
     _, episodes = run_protocol(tasks, samples=2)
