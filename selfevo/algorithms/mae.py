@@ -21,8 +21,11 @@ every role's turns, advantages normalised per role.
 Where the paper is silent, and what this recipe does (the released code's choice where it has one):
 * weights of the Proposer's three terms — 1/3 each; below the threshold the difficulty term is dropped, not
   renormalised; a Proposer without a ``<question>`` gets 0 (released code);
-* the Solver's reward mixes the Judge's score with its format ½ / ½ (released code); a Judge score that does not
-  parse counts as the neutral 0.5 there and in R_difficulty (released code; the Judge turn itself gets r_f);
+* the Solver's reward mixes the Judge's score with its format ½ / ½ (released code); the Judge is asked
+  ``protocol.judge_samples`` times per question and per answer (released code: 5, the paper preset; default 1), and
+  R_quality, V_J and R_difficulty average the scores that parse (normalised by SAGE's Eq. 2, 1 → 0, clipped to
+  [0, 1] as the released code); where none parsed, the neutral 0.5 counts (released code; the Judge turn itself
+  gets r_f);
 * the Solver answers that measure R_difficulty are not trained (released code: a reward-side rollout);
 * the quality threshold 0.7 and N_sample = 5 come from the released code and script; the seed set, the Judge's
   prompts and its temperature are this toolkit's (:mod:`selfevo.roles.mae`); the paper trains all weights, this
@@ -59,8 +62,11 @@ class MAEProtocolCfg:
     w_format: float = opt(1 / 3, "the Proposer's weight of R_format (released code: 1/3)", ge=0)
     solver_judge_weight: float = opt(0.5, "w: the Solver's reward is w V_J + (1 - w) r_f (released code: 0.5)",
                                      ge=0, le=1)
-    unparsed_score: float = opt(0.5, "the normalised score of a Judge output whose score does not parse (released "
-                                     "code: the neutral 0.5)", ge=0, le=1)
+    judge_samples: int = opt(1, "Judge calls per question (R_quality) and per answer (each V_J); the mean of their "
+                                "parsed scores counts (released code: n_samples = 5)", ge=1)
+    unparsed_score: float = opt(0.5, "the normalised score of a question or answer none of whose Judge scores parse "
+                                     "(released code: the neutral 0.5); unparsed ones among parsed ones are left out",
+                                ge=0, le=1)
     train_proposer: bool = opt(True, "train on Proposer turns")
     train_solver: bool = opt(True, "train on Solver turns")
     train_judge: bool = opt(True, "train on Judge turns")
@@ -82,9 +88,9 @@ class MAECfg(RunCfg):
 
 
 # ---- episode programs -------------------------------------------------------------------------------------------
-def propose_program(roles: dict, n_samples: int):
-    """Proposer (shown its reference iff ``task.meta["with_reference"]``) → (Judge on the question ‖ N_sample Solver
-    answers, ``difficulty``) → the Judge on each answer."""
+def propose_program(roles: dict, n_samples: int, n_judge: int = 1):
+    """Proposer (shown its reference iff ``task.meta["with_reference"]``) → (``n_judge`` Judges on the question ‖
+    N_sample Solver answers, ``difficulty``) → ``n_judge`` Judges on each answer."""
 
     def program(ep: Episode):
         shown = bool(ep.task.meta.get("with_reference"))
@@ -94,30 +100,37 @@ def propose_program(roles: dict, n_samples: int):
             return
         new = prop.parsed.value
         ep.meta["new_task"] = {"id": new.id, "question": new.question}
-        _, *answers = yield [ask(roles["judge"], AGENT, new, label="judge", refs={"target": prop}),
-                             *[ask(roles["solver"], AGENT, new, label="difficulty") for _ in range(n_samples)]]
+        first = yield [*[ask(roles["judge"], AGENT, new, label="judge", refs={"target": prop}) for _ in range(n_judge)],
+                       *[ask(roles["solver"], AGENT, new, label="difficulty") for _ in range(n_samples)]]
         yield [ask(roles["judge"], AGENT, new, label="judge", refs={"target": a}, subject="answer", solution=a.text)
-               for a in answers]
+               for a in first[n_judge:] for _ in range(n_judge)]
 
     return program
 
 
-def solve_program(roles: dict):
-    """Solver → the Judge on its answer."""
+def solve_program(roles: dict, n_judge: int = 1):
+    """Solver → ``n_judge`` Judges on its answer."""
 
     def program(ep: Episode):
         answer = yield ask(roles["solver"], AGENT, ep.task, label="solver")
-        yield ask(roles["judge"], AGENT, ep.task, label="judge", refs={"target": answer}, subject="answer",
-                  solution=answer.text)
+        yield [ask(roles["judge"], AGENT, ep.task, label="judge", refs={"target": answer}, subject="answer",
+                   solution=answer.text) for _ in range(n_judge)]
 
     return program
 
 
 # ---- admission and rewards ----------------------------------------------------------------------------------------
-def judged(ep: Episode, role: str, unparsed: float) -> list[float]:
-    """The normalised Judge scores of the episode's turns of ``role`` (1 → 0, 10 → 1; unparsed: ``unparsed``)."""
-    return [sage_norm(t.parsed.value, one_is_min=True) if t.parsed.ok else unparsed
+def judged(ep: Episode, role: str) -> list[float | None]:
+    """The normalised Judge scores of the episode's turns of ``role`` (SAGE Eq. 2 with 1 → 0, clipped to [0, 1] as
+    the released code; None: the score did not parse), every Judge call of every such turn."""
+    return [sage_norm(t.parsed.value, one_is_min=True, clip=True) if t.parsed.ok else None
             for t in ep.turns if t.role == "judge" and ep.turns[t.refs["target"]].role == role]
+
+
+def mean_parsed(scores: list[float | None], unparsed: float) -> float:
+    """The mean of the parsed scores, ``unparsed`` when none parsed (the released code's R_quality and V_J)."""
+    parsed = [s for s in scores if s is not None]
+    return sum(parsed) / len(parsed) if parsed else unparsed
 
 
 def admit(ep: Episode, pool: QuestionPool, p: MAEProtocolCfg, step: int) -> str | None:
@@ -126,9 +139,8 @@ def admit(ep: Episode, pool: QuestionPool, p: MAEProtocolCfg, step: int) -> str 
     prop = ep.turns[0]
     if not prop.parsed.ok:
         return "format"
-    (quality,) = judged(ep, "proposer", p.unparsed_score)
-    ep.meta["quality"] = quality
-    ep.meta["difficulty"] = difficulty = mae_difficulty(judged(ep, "difficulty", p.unparsed_score))
+    ep.meta["quality"] = quality = mean_parsed(judged(ep, "proposer"), p.unparsed_score)
+    ep.meta["difficulty"] = difficulty = mae_difficulty(judged(ep, "difficulty"), p.unparsed_score)
     if quality < p.quality_threshold:
         return "low quality"
     if pool.contains(prop.parsed.value.question):
@@ -160,7 +172,7 @@ def reward_sources(p: MAEProtocolCfg) -> dict:
     def fmt(role: str, phase: str):
         return labelled(REWARD_SOURCES.get("format")(FORMAT_TAGS[role], [role]), f"{phase}.{role}_")
 
-    judge_score = REWARD_SOURCES.get("critic_score")("judge", "target", True, p.unparsed_score)
+    judge_score = REWARD_SOURCES.get("critic_score")("judge", "target", True, p.unparsed_score, clip=True)
     w = p.solver_judge_weight
     return {"propose": weighted_sum([(1.0, proposer_rewards(p)), (1.0, fmt("judge", "propose"))]),
             "solve": weighted_sum([(w, judge_score), (1 - w, fmt("solver", "solve")), (1.0, fmt("judge", "solve"))])}
@@ -180,10 +192,10 @@ def step_of(loop: Loop, step: int, pool: QuestionPool, roles: dict, rewards: dic
         return admit_each(episodes, pool, lambda ep: admit(ep, pool, p, step))
 
     trained = {r for r in ROLES if getattr(p, f"train_{r}")}
-    phases = [Phase("propose", refs, propose_program(roles, p.solver_samples), rewards["propose"], key="p",
-                    after=admit_all),
-              Phase("solve", lambda: pool.sample(rng, loop.cfg.trainer.tasks_per_step), solve_program(roles),
-                    rewards["solve"], key="s")]
+    phases = [Phase("propose", refs, propose_program(roles, p.solver_samples, p.judge_samples), rewards["propose"],
+                    key="p", after=admit_all),
+              Phase("solve", lambda: pool.sample(rng, loop.cfg.trainer.tasks_per_step),
+                    solve_program(roles, p.judge_samples), rewards["solve"], key="s")]
     return loop.run_step(step, phases, [Update(group_by=lambda t: t.role, include=lambda t: t.role in trained)])
 
 

@@ -97,16 +97,20 @@ def verdict_agreement(verdicts: Sequence[bool | None], j: int) -> float | None:
 # SAGE
 # --------------------------------------------------------------------------------------------------------------
 
-def sage_norm(s: float | int | None, one_is_min: bool = False) -> float:
+def sage_norm(s: float | int | None, one_is_min: bool = False, clip: bool = False) -> float:
     """SAGE Eq. 2: ``s`` if 0 <= s <= 1; ``(s - 1)/9`` if 1 < s <= 10; 0.5 otherwise (incl. None, NaN, inf).
 
     ``one_is_min=True`` treats exactly 1 as the bottom of the 1-10 scale (0.0) instead of Eq. 2's 1.0.
+    ``clip=True`` maps a number above 10 to 1.0 and one below 0 to 0.0 instead of Eq. 2's 0.5 (MAE's released code
+    clips its normalised score to [0, 1]); None and NaN stay 0.5.
     """
     if s is None or isinstance(s, bool):
         return 0.5
     s = float(s)
     if math.isnan(s):
         return 0.5
+    if clip and not 0.0 <= s <= 10.0:
+        return 1.0 if s > 10.0 else 0.0
     if one_is_min and s == 1.0:
         return 0.0
     if 0.0 <= s <= 1.0:
@@ -196,14 +200,15 @@ def sage_critic_reward(r_f: float) -> float:
 # MAE
 # --------------------------------------------------------------------------------------------------------------
 
-def mae_difficulty(solve_scores: Sequence[float | None]) -> float:
+def mae_difficulty(solve_scores: Sequence[float | None], unparsed: float = 0.5) -> float:
     """MAE's difficulty reward ``1 - mean_i V_J(a_i, q)`` over the N_sample >= 1 Solver answers to the new question,
-    each ``V_J`` the Judge's normalised score of one answer. Answers whose score did not parse (None) are left out;
-    when none parsed, the mean is the neutral 0.5 (the released code's fallback), so the difficulty is 0.5."""
+    each ``V_J`` the Judge's normalised score of one answer (with several Judge calls per answer, every call's score:
+    the released code pools them per question). Scores that did not parse (None) are left out; when none parsed,
+    the mean is ``unparsed`` (the released code's neutral 0.5), so the difficulty is ``1 - unparsed``."""
     if not solve_scores:
         raise ValueError("mae_difficulty needs at least one solver answer (N_sample >= 1)")
     parsed = [float(s) for s in solve_scores if s is not None]
-    return 1.0 - (sum(parsed) / len(parsed) if parsed else 0.5)
+    return 1.0 - (sum(parsed) / len(parsed) if parsed else unparsed)
 
 
 def mae_proposer_reward(quality: float, difficulty: float, r_f: float, parsed: bool = True, threshold: float = 0.7,

@@ -254,18 +254,22 @@ def format_source(tags: Mapping[str, int], roles: Sequence[str]) -> RewardSource
 
 @REWARD_SOURCES.register("critic_score")
 def critic_score(role: str = "critic", ref: str = "target", one_is_min: bool = False,
-                 unparsed: float | None = None) -> RewardSource:
-    """A critic turn's parsed 1-10 score, normalised to [0, 1] (SAGE Eq. 2), becomes the reward of the turn it
-    judges (``refs[ref]``); a critic whose score does not parse gives that turn ``unparsed`` (None: masked)."""
+                 unparsed: float | None = None, clip: bool = False) -> RewardSource:
+    """A critic turn's parsed 1-10 score, normalised to [0, 1] (SAGE Eq. 2; ``clip``: see
+    :func:`~selfevo.rewards.formulas.sage_norm`), becomes the reward of the turn it judges (``refs[ref]``). A turn
+    judged by several critics gets the mean of their parsed scores (MAE's repeated Judge calls); one whose critics'
+    scores all fail to parse gets ``unparsed`` (None: masked)."""
 
     def source(episodes: list[Episode]) -> RewardResult:
         out = []
         for ep in episodes:
-            rewards: TurnRewards = {}
+            scores: dict[int, list[float | None]] = {}
             for t in ep.turns:
                 if t.role == role and ref in t.refs:
-                    rewards[t.refs[ref]] = sage_norm(t.parsed.value, one_is_min) if _ok(t) else unparsed
-            out.append(rewards)
+                    scores.setdefault(t.refs[ref], []).append(sage_norm(t.parsed.value, one_is_min, clip)
+                                                              if _ok(t) else None)
+            means = {i: _mean(xs) for i, xs in scores.items()}
+            out.append({i: unparsed if m is None else m for i, m in means.items()})
         return RewardResult(out)
 
     return source

@@ -13,8 +13,8 @@ one backbone, in any domain (no verifier, no reference answer: the Judge's score
 
 Prompts: the paper's prompts are in its appendix and the released code's templates are long; these
 (``templates/mae_<role>[_<variant>].txt``) are this toolkit's own, short and explicit about the output format with a
-tiny example, for small instruct models. Parse failures start with ``"format: "`` (a tag missing or empty) or, for
-the Judge, ``"out of range: "``. :data:`FORMAT_TAGS` gives each turn role's tags for
+tiny example, for small instruct models. Parse failures start with ``"format: "`` (a tag missing or empty; for the
+Judge, a score that is not a number or a fraction). :data:`FORMAT_TAGS` gives each turn role's tags for
 :func:`selfevo.rewards.formulas.soft_format_reward` (MAE's format reward: 1 for exactly one tag pair, 0.5 for more,
 0 otherwise).
 """
@@ -83,7 +83,8 @@ class MAESolver(Role):
 @dataclass
 class MAEJudge(Role):
     """Scores the task's question (``subject="question"``, the default) or the answer in ``solution``
-    (``subject="answer"``) from 1 to 10; the value is the integer in the last ``<score>`` tag."""
+    (``subject="answer"``) from 1 to 10; the value is the number in the last ``<score>`` tag (``8.5``; ``7/10``
+    reads as 7: :func:`~selfevo.roles.parsers.scale_score`)."""
 
     name: ClassVar[str] = "mae.judge"
     kind: ClassVar[str] = "critic"

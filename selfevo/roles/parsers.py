@@ -1,5 +1,5 @@
 """Parsers of tagged model output shared by roles: the CoMAS score (Eq. 6), the last ``<tag>...</tag>`` and a 1-10
-score in ``<score>`` (SAGE's Critic, MAE's Judge). Fenced blocks, which verifiers read too:
+scale score in ``<score>`` (SAGE's Critic, MAE's Judge). Fenced blocks, which verifiers read too:
 :func:`selfevo.verifiers.base.fenced_blocks`."""
 from __future__ import annotations
 
@@ -43,19 +43,20 @@ def last_tag(text: str | None, tag: str) -> str | None:
     return bodies[-1].strip() if bodies else None
 
 
-_SCALE_BODY = re.compile(r"(\d+)(?:\.0+)?(?:\s*/\s*10)?")
+_NUMBER = r"\d+(?:\.\d+)?"
+_SCALE_BODY = re.compile(rf"({_NUMBER})(?:\s*/\s*({_NUMBER}))?")
 
 
 def scale_score(text: str | None) -> Parsed:
-    """The integer 1-10 in the LAST ``<score>`` tag (``7``, ``7.0`` and ``7/10`` read as 7), or a failure whose error
-    starts with its reason: ``"format: ..."`` (no tag, a body that is not an integer) or ``"out of range: ..."``."""
+    """The score in the LAST ``<score>`` tag as a number >= 0: an integer or a decimal (``8``, ``8.5``, ``0.9``), or
+    a fraction read on the 10-point scale the prompts ask for (``7/10`` -> 7, ``3/5`` -> 6). Its range is left to the
+    normalisation (SAGE Eq. 2, :func:`~selfevo.rewards.formulas.sage_norm`). A failure's error starts with
+    ``"format: "``: no tag, a body that is not one such number (``seven``, ``-3``, ``8 or 9``), a zero denominator."""
     body = last_tag(text, "score")
     if body is None:
         return Parsed.failure("format: no <score>...</score> tag")
     match = _SCALE_BODY.fullmatch(body)
-    if not match:
-        return Parsed.failure(f"format: the last <score> tag holds {body[:40]!r}, not an integer 1-10")
-    score = int(match.group(1))
-    if not 1 <= score <= 10:
-        return Parsed.failure(f"out of range: score {score} is not in 1-10")
-    return Parsed.success(score)
+    if not match or (match.group(2) is not None and float(match.group(2)) == 0):
+        return Parsed.failure(f"format: the last <score> tag holds {body[:40]!r}, not a number or a fraction")
+    value, denominator = float(match.group(1)), match.group(2)
+    return Parsed.success(value if denominator is None else 10 * value / float(denominator))

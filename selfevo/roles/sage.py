@@ -25,8 +25,8 @@ format with a tiny example, for small instruct models. Every role shows ``task.q
 ``<answer>`` instruction (the question text already carries everything else: MBPP's tests, HumanEval's stub).
 
 Parse failures are :class:`~selfevo.roles.base.Parsed` failures whose error starts with a reason key the recipe can
-count: ``"format: ..."`` (a tag missing or empty, an empty solver answer, a score that is not a number) and, for
-the critic only, ``"out of range: ..."`` (a number outside 1..10). A Challenger answer with every tag parses into
+count: ``"format: ..."`` (a tag missing or empty, an empty solver answer, a score that is not a number or a
+fraction; the score's range is Norm's, Eq. 2). A Challenger answer with every tag parses into
 an item even when its verifier is invalid (a math answer math-verify cannot read, code tests that do not parse,
 hold no assert or call no function the solution defines): the Critic still scores it and admission rejects it
 (:func:`selfevo.verifiers.validate.check_item`), so it gets SAGE's Eq. 6 with the Critic's real score.
@@ -208,8 +208,8 @@ EMPTY_PLAN = "(empty plan)"  # shown to the critic when the planner wrote nothin
 @dataclass
 class SageCritic(Role):
     """Scores the task's question (``subject="question"`` or None) or a ``plan`` for it (``subject="plan"``) from 1
-    to 10; the value is the integer in the last ``<score>`` tag (``7``, ``7.0`` and ``7/10`` read as 7). An empty or
-    missing plan is shown as ``(empty plan)``, so a run never stops on a planner that wrote nothing."""
+    to 10; the value is the number in the last ``<score>`` tag (``8.5``; ``7/10`` reads as 7: ``scale_score``). An
+    empty or missing plan is shown as ``(empty plan)``, so a run never stops on a planner that wrote nothing."""
 
     temperature: float | None = 0.1
 

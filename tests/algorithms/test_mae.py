@@ -6,18 +6,20 @@ Regenerate the pinned step (only on purpose, after a change meant to alter MAE's
 ``SELFEVO_UPDATE_GOLDEN=1 pytest tests/algorithms/test_mae.py -k pinned``.
 """
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-import helpers.mae_engine  # noqa: F401  (registers engine "mae_script")
+from helpers.mae_engine import MaeScriptEngine  # registers engine "mae_script"
 from selfevo import cli
-from selfevo.algorithms.mae import MAEProtocolCfg, admit, reward_sources
-from selfevo.interaction import Episode, Turn
+from selfevo.algorithms.mae import MAECfg, MAEProtocolCfg, admit, propose_program, reward_sources, solve_program
+from selfevo.config import load_config
+from selfevo.interaction import Episode, Turn, run_episodes
 from selfevo.loop.pool import QuestionPool
 from selfevo.rewards.formulas import mae_difficulty, mae_proposer_reward
 from selfevo.roles import RoleError, get_role
-from selfevo.types import Completion, Request, Task
+from selfevo.types import Completion, Request, SamplingParams, Task
 from test_golden_recipes import _compare, _record
 
 SCRIPTED = ["model.backbones=[tiny-random]", "model.dtype=float32", "model.device=cpu", "engine.name=mae_script",
@@ -112,7 +114,7 @@ def test_admission_quality_difficulty_and_the_proposer_reward():
     good = propose(QUESTION, "<score>10</score>", ["<score>4</score>", "no score"])
     assert admit(good, pool, p, 0) is None and len(pool) == 2
     assert good.meta["quality"] == 1.0
-    assert good.meta["difficulty"] == pytest.approx(1 - (3 / 9 + 0.5) / 2)  # an unparsed score counts 0.5
+    assert good.meta["difficulty"] == pytest.approx(1 - 3 / 9)  # an unparsed score is left out (issue 58 item 2)
     dup = propose(QUESTION, "<score>10</score>", ["<score>1</score>"])
     assert admit(dup, pool, p, 0) == "duplicate" and len(pool) == 2
     low = propose(QUESTION.replace("4 pens", "5 pens"), "<score>6</score>", ["<score>1</score>"])
@@ -125,6 +127,67 @@ def test_admission_quality_difficulty_and_the_proposer_reward():
     assert result.rewards[2] == {0: 0.0}  # no question: 0
     assert result.rewards[0][2] is None and result.rewards[0][3] is None  # difficulty answers: masked
     assert result.rewards[0][1] == 1.0 and result.rewards[0][5] == 0.0  # a Judge is paid its format
+
+
+def test_unparsed_judge_scores_are_left_out_of_r_difficulty():
+    # issue 58 item 2: V_J = 1, 1 and three unparsed: the mean of the parsed is 1, R_difficulty 0 (was 1 - 0.7 = 0.3)
+    ep = propose(QUESTION, "<score>10</score>", ["<score>10</score>"] * 2 + ["no score"] * 3)
+    assert admit(ep, QuestionPool.from_tasks([REF]), MAEProtocolCfg(), 0) is None
+    assert ep.meta["difficulty"] == 0.0
+    none = propose(QUESTION, "<score>10</score>", ["no score"] * 2)  # none parsed: the neutral 0.5
+    assert admit(none, QuestionPool.from_tasks([REF]), MAEProtocolCfg(), 0) is None and none.meta["difficulty"] == 0.5
+
+
+def judged_episode(question: str, quality: list[str], answers: list[list[str]]) -> Episode:
+    """A propose episode as the program leaves it with ``judge_samples = len(quality)``: Proposer, k Judges on the
+    question, the answers, k Judges on each answer."""
+    turns = [_turn("proposer", question, get_role("mae.proposer").parse(question, reference=REF)),
+             *[_judge(q, 0) for q in quality], *[_turn("difficulty", "<answer>3</answer>") for _ in answers]]
+    first = 1 + len(quality)
+    return Episode(REF, turns + [_judge(a, first + i) for i, scores in enumerate(answers) for a in scores])
+
+
+def test_judge_samples_average_the_parsed_scores():
+    # issue 58 item 2: the released code averages n_samples Judge calls for R_quality and for each answer
+    p = MAEProtocolCfg(judge_samples=2)
+    ep = judged_episode(QUESTION, ["<score>10</score>", "<score>7</score>"],
+                        [["<score>10</score>", "no score"], ["<score>4</score>", "<score>1</score>"]])
+    assert admit(ep, QuestionPool.from_tasks([REF]), p, 0) is None
+    assert ep.meta["quality"] == pytest.approx((1.0 + 6 / 9) / 2)  # 0.8333
+    assert ep.meta["difficulty"] == pytest.approx(1 - (1.0 + 3 / 9 + 0.0) / 3)  # pooled over answers x calls: 5/9
+    blank = judged_episode(QUESTION, ["no score", "no score"], [["<score>10</score>", "<score>10</score>"]])
+    assert admit(blank, QuestionPool.from_tasks([REF]), p, 0) == "low quality" and blank.meta["quality"] == 0.5
+    solve = Episode(REF, [_turn("solver", "<answer>3</answer>", get_role("mae.solver").parse("<answer>3</answer>")),
+                          *[_judge(x, 0) for x in ("<score>10</score>", "unsure", "<score>4</score>")]])
+    rewards = reward_sources(p)["solve"]([solve]).rewards[0]
+    assert rewards[0] == pytest.approx(0.5 * (1.0 + 3 / 9) / 2 + 0.5 * 1.0)  # V_J: the mean of the parsed two
+    assert [rewards[i] for i in (1, 2, 3)] == [1.0, 0.0, 1.0]  # each Judge call is paid its format
+
+
+def test_the_programs_ask_the_judge_judge_samples_times():
+    p = MAEProtocolCfg(judge_samples=3, solver_samples=2)
+    roles = {"proposer": get_role("mae.proposer", prefix="<question>"), "solver": get_role("mae.solver"),
+             "judge": get_role("mae.judge", prefix="<score>")}  # the prefixes the scripted engine answers by
+    tasks = [Task(f"s{i}", "math", f"What is {i} + 1?", meta={"with_reference": True}) for i in range(9)]
+    sampling, parsed = SamplingParams(32, 1.0), []
+    for ep in run_episodes(MaeScriptEngine(), tasks, propose_program(roles, p.solver_samples, p.judge_samples),
+                           sampling, seed=1):
+        targets = Counter(t.refs["target"] for t in ep.turns if t.role == "judge")
+        answers = [i for i, t in enumerate(ep.turns) if t.role == "difficulty"]
+        parsed.append(ep.turns[0].parsed.ok)
+        if parsed[-1]:
+            assert len(answers) == 2 and targets == {0: 3, **{i: 3 for i in answers}}
+        else:
+            assert len(ep.turns) == 1  # no question: no Judge, no answers
+    assert set(parsed) == {True, False}
+    for ep in run_episodes(MaeScriptEngine(), tasks, solve_program(roles, p.judge_samples), sampling, seed=1):
+        assert [t.role for t in ep.turns] == ["solver", "judge", "judge", "judge"]
+        assert all(t.refs["target"] == 0 for t in ep.turns[1:])
+
+
+def test_the_paper_preset_averages_five_judge_calls():
+    assert load_config(MAECfg, "mae", "paper", []).protocol.judge_samples == 5  # mae.sh: azr.reward.n_samples 5
+    assert load_config(MAECfg, "mae", "cpu", []).protocol.judge_samples == 1
 
 
 def test_the_solver_is_paid_half_judge_half_format():
@@ -155,7 +218,8 @@ def test_the_judge_scores_questions_or_answers_and_never_sees_a_reference():
     assert "<answer>5</answer>" in on_answer and "4" not in on_answer.replace("2 + 2", "")
     assert "Answer:" not in judge.messages(task)[0]["content"]
     assert judge.parse("<score>7/10</score>").value == 7
-    assert judge.parse("<score>11</score>").error.startswith("out of range:")
+    assert judge.parse("<score>8.5</score>").value == 8.5 and judge.parse("<score>0.9</score>").value == 0.9
+    assert judge.parse("<score>11</score>").value == 11  # parsed; MAE's normalisation clips it to 1.0
     assert judge.parse("<score>seven</score>").error.startswith("format:")
     with pytest.raises(RoleError, match="subject"):
         judge.messages(task, subject="plan")

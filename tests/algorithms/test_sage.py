@@ -187,6 +187,19 @@ def test_a_critic_score_of_1_is_the_bottom_of_the_scale_by_default(tmp_path):
     assert len(pool) == 2
 
 
+def test_a_decimal_critic_score_is_normalised_by_eq_2():
+    # issue 58 item 3: "8.5" was a format failure (s_q = 0.5, "low quality", Eq. 6)
+    pool = QuestionPool.from_tasks([REF])
+    ep = challenge(QUESTION, 8.5, ["\\boxed{3}"])
+    assert admit(ep, pool, SageProtocolCfg(), 0) is None and len(pool) == 2
+    assert ep.meta["s_q"] == pytest.approx(7.5 / 9)  # Eq. 2: (8.5 - 1) / 9 = 0.8333 >= α = 0.7
+    assert challenger_reward(ep) == pytest.approx((7.5 / 9 + 1.0 + 1.0) / 3)  # Eq. 5: r_d = 1 (wrong), r_f = 1
+    # Eq. 2: [0, 1] as is; above 10 "otherwise": 0.5 (clipped only in MAE)
+    for pens, score, s_q, reason in ((5, 0.9, 0.9, None), (6, 0, 0.0, "low quality"), (7, 11, 0.5, "low quality")):
+        other = challenge(QUESTION.replace("4 pens", f"{pens} pens"), score, ["\\boxed{3}"])
+        assert admit(other, pool, SageProtocolCfg(), 0) == reason and other.meta["s_q"] == pytest.approx(s_q)
+
+
 def test_a_rejected_duplicate_is_paid_as_not_admitted_unless_asked():
     pool = QuestionPool.from_tasks([REF])
     first, dup = challenge(QUESTION, 10, ["\\boxed{3}"]), challenge(QUESTION, 10, ["\\boxed{3}"])

@@ -90,6 +90,14 @@ def test_sage_norm_one_is_min():
     assert W.sage_norm(4, one_is_min=True) == approx(3 / 9)
 
 
+@pytest.mark.parametrize("s,want", [
+    (11, 1.0), (10.5, 1.0), (math.inf, 1.0), (-1, 0.0),  # clipped to [0, 1] (MAE's released code), not Eq. 2's 0.5
+    (8.5, 7.5 / 9), (0.9, 0.9), (0, 0.0), (None, 0.5), (math.nan, 0.5),  # inside [0, 10]: Eq. 2 as without clip
+])
+def test_sage_norm_clip(s, want):
+    assert W.sage_norm(s, clip=True) == approx(want)
+
+
 # ---------------------------------------------------------------- format reward
 def test_soft_format_reward():
     assert W.soft_format_reward("<plan>1. x</plan>", {"plan": 1}) == 1.0
@@ -325,6 +333,19 @@ def test_critic_score_normalises_and_rewards_the_judged_turn():
     assert res.metrics == {}
     res = REWARD_SOURCES.get("critic_score")(one_is_min=True)([critic_episode([10, 1])])
     assert res.rewards == [{0: 1.0, 1: 0.0}]
+
+
+def test_critic_score_averages_the_parsed_scores_of_every_critic_of_a_turn():
+    # issue 58 item 2 (MAE's judge_samples): several critics of one turn; an unparsed score is left out of the mean
+    def ep(*scores):
+        return Episode(MATH, [turn("solver", "a"), *[turn("critic", "", ok(v) if v is not None else FAIL,
+                                                          refs={"target": 0}) for v in scores]])
+
+    source = REWARD_SOURCES.get("critic_score")(one_is_min=True, unparsed=0.5)
+    res = source([ep(10, 4), ep(10, None, None), ep(None, None)])
+    assert res.rewards == [{0: approx((1.0 + 3 / 9) / 2)}, {0: 1.0}, {0: 0.5}]  # none parsed: `unparsed`
+    clipped = REWARD_SOURCES.get("critic_score")(one_is_min=True, clip=True)([ep(11, 8.5)])
+    assert clipped.rewards == [{0: approx((1.0 + 7.5 / 9) / 2)}]  # 11 clipped to 1.0 (MAE's released code)
 
 
 def test_critic_score_custom_role_and_ref():

@@ -233,15 +233,18 @@ def test_critic_prompts_for_question_and_plan():
 @pytest.mark.parametrize("text, value", [
     ("Clear and solvable.\n<score>8</score>", 8), ("<score> 10 </score>", 10), ("<score>1</score>", 1),
     ("<score>7/10</score>", 7), ("<score>6.0</score>", 6), ("<score>3</score> then <score>9</score>", 9),
+    # decimals and fractions (issue 58 item 3): the range is Norm's (Eq. 2), not the parser's
+    ("<score>8.5</score>", 8.5), ("<score>0.9</score>", 0.9), ("<score>0</score>", 0), ("<score>11</score>", 11),
+    ("<score> 7 / 10 </score>", 7), ("<score>3/5</score>", 6), ("<score>8.5/10</score>", 8.5),
 ])
 def test_critic_reads_scores(text, value):
-    assert get_role("sage.critic").parse(text).value == value
+    assert get_role("sage.critic").parse(text).value == pytest.approx(value)
 
 
 @pytest.mark.parametrize("text, error", [
-    ("Score: 8", "format: no <score>"), ("<score>eight</score>", "format: "), ("<score>7.5</score>", "format: "),
-    ("<score>0</score>", "out of range: "), ("<score>11</score>", "out of range: "),
-    ("<score>-3</score>", "format: "),
+    ("Score: 8", "format: no <score>"), ("<score>eight</score>", "format: "), ("<score>abc</score>", "format: "),
+    ("<score>-3</score>", "format: "), ("<score>7/0</score>", "format: "), ("<score>8 or 9</score>", "format: "),
+    ("<score>8.</score>", "format: "), ("<score></score>", "format: "),
 ])
 def test_critic_failures(text, error):
     parsed = get_role("sage.critic").parse(text)
