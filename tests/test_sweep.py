@@ -230,3 +230,27 @@ def test_smoke_sweep_survives_kill_9_and_rebuilds_its_table(tmp_path):
     assert "4 runs, 0 with work left" in again.stdout
     assert cli.main(["sweep", str(sweep), "--table"]) == 0
     assert _outputs(out) == before
+
+
+def test_maestro_rows_evaluate_a_central_agent(tmp_path, capsys):
+    rows = GOOD + """  clpo:
+    recipe: maestro
+    overrides: ["model.backbones=[tiny-random]"]
+    adapter: adapters/final/central
+    adapter_key: central_adapter
+    setup: maestro_select
+    eval_set: [n_agents=2, k=1]
+  prompt_only: {setup: maestro_select, eval_set: [n_agents=2, k=1]}
+"""
+    cfg, rows_cfg = spec.load_sweep(_sweep_file(tmp_path, rows))
+    _, clpo, prompt_only = spec.plan(cfg, rows_cfg, ["base", "clpo", "prompt_only"])
+    where = tmp_path / "out" / "clpo" / "seed0"
+    assert "setup=maestro_select" in clpo.eval and f"central_adapter={where / 'adapters/final/central'}" in clpo.eval
+    assert "n_agents=2" in clpo.eval and clpo.adapter == "adapters/final/central"
+    assert prompt_only.train == () and "setup=maestro_select" in prompt_only.eval
+    wrong = rows.replace("    setup: maestro_select\n", "")  # a central agent needs the maestro_select setup
+    assert cli.main(["sweep", str(_sweep_file(tmp_path, wrong)), "--dry-run"]) == 2
+    assert "unknown key 'n_agents'" in capsys.readouterr().err  # vanilla has no n_agents: caught first
+    wrong = wrong.replace("    eval_set: [n_agents=2, k=1]\n  prompt_only", "  prompt_only")
+    assert cli.main(["sweep", str(_sweep_file(tmp_path, wrong)), "--dry-run"]) == 2
+    assert "central agent of setup=maestro_select" in capsys.readouterr().err
