@@ -1,5 +1,7 @@
 """Intervals of held-out accuracies, against numbers worked out by hand."""
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +122,31 @@ def test_row_summary_degenerate_cases():
         row_summary({"0": [1, 0, 1]}, [1, 0])
     with pytest.raises(ValueError):
         row_summary({}, [1])
+
+
+EFFECT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "effect.json"
+
+
+@pytest.mark.skipif(not EFFECT.exists(), reason="benchmarks/results/effect.json is not in this checkout")
+def test_row_summary_reproduces_the_recorded_effect_rows():
+    """selfevo sweep's statistics give effect.json's numbers (recorded by benchmarks/ablations/effect.py) from the
+    same per-item verdicts: the seed-averaged accuracy and its Wilson interval, the paired change, each seed's
+    change and the interval over seeds."""
+    record = json.loads(EFFECT.read_text())
+    checked = 0
+    for name, row in record["methods"].items():
+        if not row.get("per_seed"):
+            continue
+        base = record["base"] if row.get("eval") in (None, record["base"]["command"]) else record["bases"][row["eval"]]
+        got = row_summary({s: p["items"] for s, p in row["per_seed"].items()}, base["items"])
+        assert got["accuracy"] == pytest.approx(row["after"], abs=1e-12), name
+        assert got["accuracy_ci"] == pytest.approx(row["after_ci"], abs=1e-12), name
+        assert (got["paired"]["diff"], got["paired"]["low"], got["paired"]["high"]) == pytest.approx(
+            (row["diff"], row["diff_low"], row["diff_high"]), abs=1e-12), name
+        assert (got["paired"]["improved"], got["paired"]["worsened"]) == (row["improved"], row["worsened"]), name
+        assert [p["diff"] for p in got["per_seed"].values()] == pytest.approx(
+            [p["diff"] for p in row["per_seed"].values()], abs=1e-12), name
+        assert (got["over_seeds"]["low"], got["over_seeds"]["high"]) == pytest.approx(
+            (row["over_seeds"]["low"], row["over_seeds"]["high"]), abs=1e-12), name
+        checked += 1
+    assert checked >= 15
