@@ -254,3 +254,22 @@ def test_maestro_rows_evaluate_a_central_agent(tmp_path, capsys):
     wrong = wrong.replace("    eval_set: [n_agents=2, k=1]\n  prompt_only", "  prompt_only")
     assert cli.main(["sweep", str(_sweep_file(tmp_path, wrong)), "--dry-run"]) == 2
     assert "central agent of setup=maestro_select" in capsys.readouterr().err
+
+
+def test_a_changed_eval_section_does_not_reuse_an_evaluation(tmp_path):
+    cfg, rows = spec.load_sweep(_sweep_file(tmp_path, GOOD))
+    folder = tmp_path / "out" / "base" / "seed0" / "eval"
+    folder.mkdir(parents=True)
+    record = {"benchmark": "arith", "split": "test", "setup": "vanilla", "n": 2, "seed": 0,
+              "sampling": {"max_new_tokens": 256, "temperature": 0.0, "top_p": 1.0}}
+    (folder / "summary.json").write_text(json.dumps([record]))
+    (job,) = spec.plan(cfg, rows, ["base"])  # the same evaluation: reused
+    assert job.commands() == []
+    record["sampling"]["temperature"] = 0.7
+    (folder / "summary.json").write_text(json.dumps([record]))
+    with pytest.raises(spec.ConfigError, match="evaluated with sampling.temperature=0.7, the sweep file now says 0.0"):
+        spec.plan(cfg, rows, ["base"])
+    record["sampling"]["temperature"], record["n"] = 0.0, 3
+    (folder / "summary.json").write_text(json.dumps([record]))
+    with pytest.raises(spec.ConfigError, match="evaluated with n=3, the sweep file now says 2"):
+        spec.plan(cfg, rows, ["base"])

@@ -248,6 +248,26 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     return {k: v for key, val in d.items() for k, v in _flat(val, f"{prefix}{key}.").items()}
 
 
+def check_same_eval(eval_dir: Path, cfg: DictConfig, row: DictConfig, seed: int) -> None:
+    """A finished evaluation is reused only where its summary.json says it was the one the file asks for now
+    (benchmark, split, setup, number of items, sampling, seed): a changed ``eval`` section is a one-line error, not
+    a silently stale row."""
+    path = eval_dir / "summary.json"
+    if not path.exists():
+        return
+    had = json.loads(path.read_text())[0]
+    e = cfg.eval
+    want = {"benchmark": e.benchmark, "setup": row.setup or e.setup, "seed": seed,
+            "sampling.max_new_tokens": e.sampling.max_new_tokens, "sampling.temperature": e.sampling.temperature,
+            "sampling.top_p": e.sampling.top_p, **({"split": e.split} if e.split else {}),
+            **({"n": e.limit} if e.limit else {})}
+    got = {**had, **{f"sampling.{k}": v for k, v in (had.get("sampling") or {}).items()}}
+    for key, value in want.items():
+        if got.get(key) != value and not (key == "n" and got.get("n", 0) < value):  # a split shorter than limit
+            raise ConfigError(f"{eval_dir} was evaluated with {key}={got.get(key)}, the sweep file now says {value}: "
+                              f"remove that folder or use another output_dir")
+
+
 def plan(cfg: DictConfig, rows: dict[str, DictConfig], names: Sequence[str],
          seeds: Sequence[int] | None = None) -> list[Job]:
     """Every row × seed of ``names`` as a :class:`Job`, each config validated before any runs."""
@@ -259,12 +279,14 @@ def plan(cfg: DictConfig, rows: dict[str, DictConfig], names: Sequence[str],
             if row.recipe is None:
                 keys = eval_keys(cfg, row, seed, where / "eval", cfg.eval.backbones, None)
                 check_eval(keys, adapter=False)
+                check_same_eval(where / "eval", cfg, row, seed)
                 jobs.append(Job(name, seed, where, eval=("eval", *keys)))
                 continue
             run = run_config(row, seed, where)
             check_same_run(where, run)
             keys = eval_keys(cfg, row, seed, where / "eval", list(run.model.backbones), where / row.adapter)
             check_eval(keys, adapter=True)
+            check_same_eval(where / "eval", cfg, row, seed)
             train = ("run", row.recipe, *(["--preset", row.preset] if row.preset else []), *row.overrides,
                      f"seed={seed}", f"output_dir={where}")
             jobs.append(Job(name, seed, where, train, ("eval", *keys), run.trainer.max_steps, row.adapter))
