@@ -28,7 +28,8 @@ compared on fixed held-out slates by ``maestro_selectors.py`` (its row is read f
 ``--eval-set`` adds keys to every evaluation of the run, base and rows (``model.dtype=float32`` on a CPU
 that emulates bf16, where 500 long greedy answers take hours): those rows pair with a base evaluated under the same
 keys (``effect.json``'s ``bases``; folders ``base-<keys>``, ``seed<S>/eval-<keys>``), and the table names the keys.
-``--adapters`` copies each row's seed-0 adapter to ``benchmarks/results/adapters/<row>/`` (PEFT format, bf16).
+``--adapters`` copies each row's seed-0 adapter to ``benchmarks/results/adapters/<row>/`` (PEFT format, bf16; kept
+out of git: ``benchmarks/results/adapters.json`` holds each one's command, seed and SHA-256).
 Intervals: 95% Wilson for accuracies, the normal interval of the paired per-item differences for a change.
 ``compare.py`` runs the rows ``sage``, ``azr``, ``mae`` and ``grpo`` side by side with these functions (the same
 folders under the same ``--out``).

@@ -13,7 +13,8 @@ them. This script measures what that leaves out, the residual spread an effect m
 machine or setting:
 
 - ``base`` is the untrained model, compared with ``effect.json``'s ``base`` items; a row name (``grpo``...) is its
-  committed seed-0 adapter (``benchmarks/results/adapters/<row>``, bf16) compared with that row's seed-0 items
+  seed-0 adapter (``benchmarks/results/adapters/<row>``, bf16, not in git: ``effect.py --adapters`` makes it, and
+  ``benchmarks/results/adapters.json`` holds its SHA-256) compared with that row's seed-0 items
   (evaluated where it trained, with the full-precision adapter).
 - a setting (:data:`SETTINGS`) is the effect command plus overrides or environment: ``same`` (nothing: another machine
   alone), ``max_batch_16`` (rows per forward pass 64 -> 16: another batch composition), ``aten_default`` (ATen's

@@ -136,25 +136,52 @@ def test_grpo_vs_trl_keeps_the_recorded_curve_of_a_seed_whose_run_is_gone(tmp_pa
     assert runs["trl_grpo"]["0"] == []  # neither
 
 
-@pytest.mark.slow
-def test_committed_adapters_load_with_peft_and_change_the_model():
+def test_a_copied_adapter_is_bf16_peft_that_loads_and_changes_the_model(make_store, tmp_path):
+    """effect.py --adapters' copy (what benchmarks/results/adapters.json hashes; the files stay out of git) of an
+    adapter built here: PEFT loads it onto a fresh base and it changes the logits, as the bf16 cast of the trained
+    tensors."""
     import torch
     from peft import PeftModel
+    from safetensors.torch import load_file
 
+    from helpers.adapters import randomize_adapters
     from selfevo import models
 
-    folders = sorted(p for p in (ROOT / "benchmarks" / "results" / "adapters").glob("*") if p.is_dir())
-    if not folders:
-        pytest.skip("no adapters committed under benchmarks/results/adapters")
-    assert sum(f.stat().st_size for p in folders for f in p.rglob("*")) < 50 * 2 ** 20  # the issue's budget
+    store = make_store(("a0",))
+    randomize_adapters(store)
+    trained = store.save_adapter("a0", tmp_path / "run" / "adapters" / "final" / "agent0")
+    effect.copy_adapter(trained, tmp_path / "copy")
+    full = load_file(str(trained / "adapter_model.safetensors"))
+    copied = load_file(str(tmp_path / "copy" / "adapter_model.safetensors"))
+    assert copied.keys() == full.keys() and {t.dtype for t in copied.values()} == {torch.bfloat16}
+    assert all(torch.equal(copied[k], full[k].to(torch.bfloat16)) for k in full)
     ids = torch.tensor([[1, 2, 3, 4]])
-    for folder in folders:
-        base = models.load_model("smollm2-135m-instruct", dtype="float32")
-        with torch.no_grad():
-            before = base(ids).logits
-            model = PeftModel.from_pretrained(base, str(folder))
-            after = model(ids).logits
-        assert not torch.equal(before, after), folder.name  # a trained adapter, not the identity
+    base = models.load_model("tiny-random", dtype="float32")
+    with torch.no_grad():
+        before = base(ids).logits
+        after = PeftModel.from_pretrained(base, str(tmp_path / "copy"))(ids).logits
+    assert not torch.equal(before, after)  # a trained adapter, not the identity
+
+
+def test_the_adapter_manifest_names_each_row_its_command_seed_and_hash():
+    """benchmarks/results/adapters.json: the adapters left git, their command, seed and SHA-256 stay; where a copy
+    is on disk (benchmarks/results/adapters/<row>/, ignored) it is the one hashed."""
+    import hashlib
+    import subprocess
+
+    manifest = json.loads((ROOT / "benchmarks" / "results" / "adapters.json").read_text())["adapters"]
+    record = json.loads((ROOT / "benchmarks" / "results" / "effect.json").read_text())["methods"]
+    assert {a["row"] for a in manifest} == {"grpo", "trl_grpo", "sage", "sage_no_planner",
+                                            "comas_judge_1.0_lr5e-4_role"}
+    for a in manifest:
+        assert a["command"] == record[a["row"]]["per_seed"][str(a["seed"])]["command"], a["row"]
+        assert len(a["adapter_model.safetensors sha256"]) == 64
+        file = ROOT / "benchmarks" / "results" / "adapters" / a["row"] / "adapter_model.safetensors"
+        if file.exists():
+            assert hashlib.sha256(file.read_bytes()).hexdigest() == a["adapter_model.safetensors sha256"], a["row"]
+    tracked = subprocess.run(["git", "ls-files", "benchmarks/results/adapters"], cwd=ROOT, capture_output=True,
+                             text=True)
+    assert tracked.returncode != 0 or tracked.stdout == ""  # no adapter under git (outside a git checkout: moot)
 
 
 def test_evaluations_under_other_keys_get_their_own_folder_base_and_table_label():
