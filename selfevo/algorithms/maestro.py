@@ -21,14 +21,20 @@ central adapter's optimizer (``clpo``, ``grpo`` on the whole output, ``sft`` on 
 
 Where the paper is silent — where the one rationale per candidate of Eq. 7 comes from: the rationales are those of
 G sampled central outputs per slate, each ranked by the reward of the candidate it endorses (a list of G, not |C|;
-ties broken at random); Eq. 6's log π(k | q, C) is each sample's decision segment (``Chosen`` … ``Final``) after
-its own rationale, A = r(endorsed) − mean reward of the slate's candidates. A sample without a ``Chosen:`` line
-has no decision tokens (it counts only in L_rank, KL, entropy); one with an invalid choice keeps its decision
-tokens, with reward ``on_parse_failure``. The masks come from :func:`~selfevo.roles.maestro.central_spans`.
+ties broken at random); Eq. 6's log π(k | q, C), summed over every candidate k (``clpo.choice_form=listwise``, the
+default), is candidate k's decision string (:func:`decision_strings`: ``Chosen: k`` and its final answer; a
+chained selection: the number) scored after each sample's own rationale, A_k = r(c_k) − mean reward of the
+slate's candidates, averaged over the slate's samples; ``clpo.choice_form=sampled``: each sample's own decision
+segment (``Chosen`` … ``Final``), A = r(endorsed) − that mean. A sample without a ``Chosen:`` line has no decision
+tokens (it counts only in L_rank, KL, entropy); one with an invalid choice keeps its decision tokens (sampled
+form: with reward ``on_parse_failure``; listwise: its rationale still conditions the candidates' decisions). The
+masks come from :func:`~selfevo.roles.maestro.central_spans`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import torch
 
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, Turn
@@ -125,8 +131,11 @@ def span_mask(ends: list[int], span: tuple[int, int] | None, offset: int) -> lis
     return [float(start < b and end > a) for start, end in zip([0, *ends[:-1]], ends)]
 
 
-def clpo_rows(tokenizer):
-    """``extras(turn)`` for CLPO: decision and rationale token masks and the slate's mean candidate reward."""
+def clpo_rows(tokenizer, choices: bool = False, chained: bool = False):
+    """``extras(turn)`` for CLPO: decision and rationale token masks and the slate's mean candidate reward; with
+    ``choices`` (the listwise L_choice) also every candidate's decision string (:func:`decision_strings`, ``chained``:
+    the chained selection's) as token ids, ``choices`` / ``choice_mask`` [K, L], with its reward ``choice_reward``
+    [K, 1] (empty for a row without decision tokens)."""
 
     def extras(turn: Turn) -> dict:
         ids = turn.completion.token_ids
@@ -136,9 +145,62 @@ def clpo_rows(tokenizer):
         d = span_mask(ends, decision, offset)
         r = [x * (1 - y) for x, y in zip(span_mask(ends, reason, offset), d)]
         rewards = turn.meta["slate_rewards"]
-        return {"decision": d, "rationale": r, "slate_mean": sum(rewards) / len(rewards)}
+        out = {"decision": d, "rationale": r, "slate_mean": sum(rewards) / len(rewards)}
+        if choices:
+            first = d.index(1.0) if 1.0 in d else None
+            start = offset + (ends[first - 1] if first else 0)  # where the first decision token starts
+            lead = turn.answer[start:decision[0]] if first is not None and decision[0] > start else ""
+            texts = decision_strings(turn.meta, chained, lead) if first is not None else []
+            out.update(choice_tensors([tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts],
+                                      rewards if texts else []))
+        return out
 
     return extras
+
+
+def decision_strings(meta: dict, chained: bool, lead: str = "") -> list[str]:
+    """The decision string of every candidate k = 1..K of a central sample's slate (Eq. 6's "decision tokens: the
+    choice and its corresponding answer"), as the sample would write it after its rationale: ``lead`` (the text of
+    its first decision token before ``Chosen``, if any), ``Chosen: k``, then ``Final: \\boxed{a_k}`` with a_k the
+    candidate's final answer (``meta["slate_finals"]``, displayed order; '' where none was found). A chained
+    selection (``chained``) generates only the number after the given ``Chosen: Candidate ``: the strings are
+    ``1`` … ``K``."""
+    k = len(meta["slate_rewards"])
+    if chained:
+        return [str(j) for j in range(1, k + 1)]
+    finals = meta["slate_finals"]
+    if len(finals) != k:
+        raise ValueError(f"a slate of {k} candidates with {len(finals)} final answers")
+    return [f"{lead}Chosen: {j}\nFinal: \\boxed{{{a or ''}}}" for j, a in enumerate(finals, 1)]
+
+
+def choice_tensors(token_ids: list[list[int]], rewards: list[float]) -> dict:
+    """``choices`` / ``choice_mask`` [K, L] (token ids, 0-padded / 1 on real tokens) and ``choice_reward`` [K, 1]."""
+    width = max((len(t) for t in token_ids), default=0)
+    ids, mask = torch.zeros(len(token_ids), width, dtype=torch.long), torch.zeros(len(token_ids), width)
+    for k, t in enumerate(token_ids):
+        ids[k, :len(t)], mask[k, :len(t)] = torch.tensor(t, dtype=torch.long), 1.0
+    return {"choices": ids, "choice_mask": mask,
+            "choice_reward": torch.tensor(rewards, dtype=torch.float32).reshape(len(token_ids), 1)}
+
+
+def note_finals(verdict):
+    """A rollout phase's ``after``: each central sample's ``meta["slate_finals"]``, the final answers of the
+    candidates it was shown (displayed order; what :func:`decision_strings` writes after ``Final:``)."""
+
+    def after(episodes: list[Episode]) -> dict:
+        for ep in episodes:
+            for t in ep.turns:
+                if t.role == "central_sample":
+                    shown = [ep.turns[t.refs[f"candidate_{j}"]] for j in range(_slate_size(t))]
+                    t.meta["slate_finals"] = [verdict(ep.task, c.text).extracted for c in shown]
+        return {}
+
+    return after
+
+
+def _slate_size(turn: Turn) -> int:
+    return sum(1 for k in turn.refs if k.startswith("candidate_"))
 
 
 # ---- the loop ---------------------------------------------------------------------------------------------------
@@ -152,8 +214,10 @@ def step_of(loop: Loop, step: int, tasks: list[Task], executors: list, reward) -
     proto = make_protocol(cfg, executors, step, verdict, samples)
     slate = lambda t: t.meta["slate"]  # noqa: E731  (one slate's G samples: a group, kept in one micro-batch)
     tok = loop.store.backbones[loop.store.agent_backbone["central"]].tokenizer
+    clpo, chained = cfg.trainer.optimizer == "clpo", cfg.protocol.central_chain
+    listwise = clpo and cfg.clpo.choice and cfg.clpo.choice_form == "listwise"  # every candidate's decision scored
     updates = [Update(agents=["central"], group_by=slate, keep_together=slate,
-                      extras=clpo_rows(tok) if cfg.trainer.optimizer == "clpo" else None)]
+                      extras=clpo_rows(tok, listwise, chained) if clpo else None)]
     if trained := [a for a in executors if a is not None]:
         updates.append(Update(agents=trained, optimizer=OPTIMIZERS.get("grpo")(cfg.trainer)))
 
@@ -163,8 +227,9 @@ def step_of(loop: Loop, step: int, tasks: list[Task], executors: list, reward) -
                 **maestro_metrics([ep.meta["rounds"] for ep in episodes], cfg.protocol.rounds),
                 "samples": {"reward": mean(sampled)}}
 
-    return loop.run_step(step, [Phase("rollout", loop.batch(tasks, step), proto.program, reward)], updates,
-                         metrics=metrics)
+    after = note_finals(verdict) if listwise and not chained else None  # the answers the decision strings end with
+    return loop.run_step(step, [Phase("rollout", loop.batch(tasks, step), proto.program, reward, after=after)],
+                         updates, metrics=metrics)
 
 
 def reward_source(cfg):

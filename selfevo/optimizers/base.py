@@ -48,8 +48,9 @@ class Samples:
                    extras: Callable[[Turn], dict] | None = None) -> "Samples":
         """Rows from rewarded turns (prompt + completion ids); ``group_by`` gives normalisation groups and
         ``keep_together`` the keys of rows that must share a micro-batch. ``extras(turn)`` gives per-row values for
-        ``batch.extras``: a number (→ a [B] tensor) or one value per completion token (→ [B, T], 0 off the
-        completion; e.g. a selector's decision and rationale masks)."""
+        ``batch.extras``: a number (→ a [B] tensor), one value per completion token (→ [B, T], 0 off the
+        completion; e.g. a selector's decision and rationale masks) or a tensor (→ [B, ...], zero-padded to the
+        largest; e.g. a selector's candidate decisions, [K, L] token ids)."""
         batch = SeqBatch.build([t.completion.prompt_ids for t in turns], [t.completion.token_ids for t in turns],
                                pad_id)
         if keep_together is not None:
@@ -61,12 +62,16 @@ class Samples:
 
 
 def _row_extras(turns: Sequence[Turn], values: list[dict], shape: torch.Size) -> dict[str, torch.Tensor]:
-    """Per-row extras as tensors: numbers → [B]; per-completion-token lists → [B, T] at the completion's positions."""
+    """Per-row extras as tensors: numbers → [B]; per-completion-token lists → [B, T] at the completion's positions;
+    tensors → stacked [B, ...], each zero-padded to the largest size in every dimension."""
     out: dict[str, torch.Tensor] = {}
     for name in (values[0] if values else {}):
         column = [v[name] for v in values]
         if all(isinstance(x, (int, float)) for x in column):
             out[name] = torch.tensor(column, dtype=torch.float32)
+            continue
+        if all(torch.is_tensor(x) for x in column):
+            out[name] = _stack_padded(column)
             continue
         grid = torch.zeros(shape)
         for i, (turn, x) in enumerate(zip(turns, column)):
@@ -75,6 +80,18 @@ def _row_extras(turns: Sequence[Turn], values: list[dict], shape: torch.Size) ->
             start = len(turn.completion.prompt_ids)
             grid[i, start:start + len(x)] = torch.as_tensor(x, dtype=torch.float32)
         out[name] = grid
+    return out
+
+
+def _stack_padded(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """[B, ...]: the tensors (same number of dimensions) stacked, each zero-padded at the end of every dimension."""
+    dims = {t.dim() for t in tensors}
+    if len(dims) != 1:
+        raise ValueError(f"per-row tensor extras of different ranks: {sorted(dims)}")
+    shape = [max(t.shape[d] for t in tensors) for d in range(dims.pop())]
+    out = torch.zeros(len(tensors), *shape, dtype=tensors[0].dtype)
+    for i, t in enumerate(tensors):
+        out[(i, *[slice(0, n) for n in t.shape])] = t
     return out
 
 

@@ -7,19 +7,32 @@ tokens), and a slate always stays in one micro-batch. Per-row ``batch.extras``:
   default: every completion token;
 * ``rationale`` [B, T]: 1 on the justification tokens; default: none (then no L_rank);
 * ``slate_mean`` [B] (optional): r̄, the mean reward of the slate's *candidates*; default: the mean of the
-  group's row rewards.
+  group's row rewards;
+* ``choices`` [B, K, L] (token ids), ``choice_mask`` [B, K, L] (1 on real tokens), ``choice_reward`` [B, K, 1]
+  (r(c_k)): the decision string of every candidate k of the row's slate and its reward (listwise L_choice only).
 
-With ``A = r − r̄`` (``r``: the row's reward, i.e. the reward of the candidate it endorses), per optimizer step over
-whole slates S (``|S|`` slates, ``G_s`` rows of slate s with decision tokens):
+Per optimizer step over whole slates S (``|S|`` slates, ``G_s`` rows of slate s with decision tokens), L_choice —
+Eq. 6, ``−Σ_k A_k log π(k | q, C)`` with ``A_k = r(c_k) − r̄`` — in the form ``clpo.choice_form`` names:
 
-* ``L_choice = 1/|S| Σ_s 1/G_s Σ_g −A_g · Σ_t decision_gt · log π_gt`` — Eq. 6 (:func:`choice_loss`), its
-  sampled form: each row's decision segment is one draw of log π(k | q, C), conditioned on the row's own rationale;
+* ``listwise`` (the default; as written): ``L_choice = 1/|S| Σ_s 1/G_s Σ_g −Σ_k A_k log π(d_k | q, C, ρ_g)``
+  (:func:`listwise_choice`): for every row g with decision tokens, each candidate's decision string d_k is scored
+  after the row's tokens up to its first decision token (the prompt and the row's rationale ρ_g) — K extra rows
+  per row, which share that prefix (one packed forward with ``trainer.shared_prompts``); log π(d_k | …) is the sum
+  of d_k's token log-probs. Its logit gradient is −A_k's whatever π is: every candidate is pushed by its own
+  advantage;
+* ``sampled``: ``L_choice = 1/|S| Σ_s 1/G_s Σ_g −A_g · Σ_t decision_gt · log π_gt`` (:func:`sampled_choice`), with
+  ``A_g = r_g − r̄`` (``r_g``: the row's reward, the reward of the candidate it endorses): each row's own decision
+  segment is one draw of k. Its expectation is Σ_k π_k A_k ∇log π_k — Eq. 6's terms weighted by π_k, not Eq. 6's
+  gradient (π = (0.1, 0.8, 0.1), r = (1, 0, 0): logit ascent (0.09, −0.08, −0.01), not (0.667, −0.333, −0.333));
+
+and
 * ``L_rank = 1/|S| Σ_s ListMLE(s_g; r_g)`` — Eq. 7 (:func:`listmle_loss`), ``s_g`` the length-normalised log-prob of
   the row's rationale (:func:`length_normalised_logprob`); rows are shuffled with a seed (agent, adapter version,
   slate) before ranking, so ties in reward are broken at random; a row with an empty rationale is left out, and
   a slate whose ranked rewards are all equal has L_rank = 0 (no order to learn);
 * ``L_KL`` = token mean over the step's completion tokens of ``kl_estimate(log π, log π_ref)`` (the reference is
-  the backbone with the adapter disabled); ``H`` = token mean of the policy's entropy at those positions;
+  the backbone with the adapter disabled); ``H`` = token mean of the policy's entropy at those positions (the
+  sampled rows' tokens: the listwise candidate rows enter L_choice only);
 * ``L = w_choice · L_choice + λ_rank · L_rank + λ_kl · L_KL − λ_ent · H`` — Eq. 8 (:func:`clpo_loss`);
   λ_kl is ``trainer.kl_coef`` (always a loss term here), λ_rank and λ_ent are the :class:`ClpoCfg` section's
   (``clpo.*`` of ``selfevo run maestro``), w_choice = 1 (0: the "w/o L_choice" ablation).
@@ -45,6 +58,7 @@ from selfevo.policy import PolicyStore, SeqBatch
 
 
 TERMS = ("choice", "rank", "kl", "entropy")
+CHOICE_FORMS = ("listwise", "sampled")
 
 
 @dataclass
@@ -53,6 +67,10 @@ class ClpoCfg:
     lambda_ent: float = opt(0.01, "λ_ent: entropy bonus (App. C.1: 0.01); λ_kl is trainer.kl_coef", ge=0)
     choice: bool = opt(True, "use L_choice (false: the w/o L_choice ablation)")
     rank: bool = opt(True, "use L_rank (false: the w/o L_rank ablation)")
+    choice_form: str = opt("listwise", "L_choice (Eq. 6): listwise = -Σ_k A_k log π(k | q, C) over every candidate "
+                                       "of the slate, each candidate's decision scored after each sample's "
+                                       "rationale (as written); sampled = each sample's own decision, -A log π "
+                                       "(expectation: Σ_k π_k A_k ∇log π_k)", choices=CHOICE_FORMS)
 
 
 def choice_advantages(rewards: torch.Tensor, groups: Sequence[Hashable],
@@ -68,14 +86,33 @@ def choice_advantages(rewards: torch.Tensor, groups: Sequence[Hashable],
     return out
 
 
+def listwise_choice(choice_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """L_choice of ONE slate as Eq. 6 writes it: ``1/G Σ_g −Σ_k A_k log π(d_k | q, C, ρ_g)``.
+
+    ``choice_logp`` [G, K]: log-prob of candidate k's decision string after rationale g; ``advantages`` [K] (or
+    [G, K]): ``A_k = r(c_k) − r̄``; ``mask`` [G, K]: 1 where scored. G counts the rationales with at least one scored
+    candidate (none: 0). With every decision one token of a shared softmax, the gradient on logit k is −A_k."""
+    has = mask.bool().any(-1)
+    per_rationale = choice_loss(choice_logp, advantages.expand_as(choice_logp), mask)  # mean over all G rows
+    return per_rationale * choice_logp.shape[0] / has.sum().clamp(min=1)
+
+
+def sampled_choice(decision_logp: torch.Tensor, advantages: torch.Tensor, has: torch.Tensor) -> torch.Tensor:
+    """L_choice of ONE slate, sampled form: ``1/G Σ_g −A_g log π(d_g | q, C, ρ_g)`` over the G rows that made a
+    decision (``has`` [G]); ``decision_logp`` [G]: the row's own decision segment, ``advantages`` [G]: A of the
+    candidate it endorses. One row per candidate k drawn with probability π_k gives, in expectation, the gradient
+    Σ_k π_k (−A_k ∇log π_k): Eq. 6's terms weighted by π_k."""
+    return choice_loss(decision_logp[None], advantages[None], has[None]) / has.sum().clamp(min=1)
+
+
 def slate_terms(logp: torch.Tensor, decision: torch.Tensor, rationale: torch.Tensor, advantages: torch.Tensor,
                 rewards: torch.Tensor, order: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(L_choice, L_rank) of ONE slate's rows: ``logp``/masks [G, T], ``advantages``/``rewards`` [G]; ``order`` is
-    the row order ListMLE sees (ties keep it). L_choice is averaged over the rows that have decision tokens; L_rank
-    is 0 when the ranked rows' rewards are all equal (nothing to order: a random order of ties is pure noise)."""
+    """(sampled L_choice, L_rank) of ONE slate's rows: ``logp``/masks [G, T], ``advantages``/``rewards`` [G];
+    ``order`` is the row order ListMLE sees (ties keep it). L_choice (:func:`sampled_choice`) is averaged over the
+    rows that have decision tokens; L_rank is 0 when the ranked rows' rewards are all equal (nothing to order: a
+    random order of ties is pure noise)."""
     has = decision.sum(-1) > 0
-    decision_logp = (logp * decision).sum(-1)
-    l_choice = choice_loss(decision_logp[None], advantages[None], has[None]) / has.sum().clamp(min=1)
+    l_choice = sampled_choice((logp * decision).sum(-1), advantages, has)
     idx = torch.as_tensor(list(order) if order is not None else range(logp.shape[0]), dtype=torch.long)
     scores, ranked = length_normalised_logprob(logp, rationale), rationale.sum(-1) > 0
     if len(set(rewards[ranked].tolist())) < 2:  # no order to learn (all tied, or < 2 rationales): ties would be noise
@@ -105,6 +142,67 @@ def slate_steps(groups: Sequence[int], size: int, gen: torch.Generator) -> list[
     return steps + ([current] if current else [])
 
 
+CHOICE_EXTRAS = ("choices", "choice_mask", "choice_reward")
+
+
+def candidate_rows(batch: SeqBatch, slates: Sequence[int], pad_id: int = 0) -> SeqBatch:
+    """The rows of the listwise L_choice: for each row with decision tokens and candidate decisions (extras
+    ``choices`` / ``choice_mask`` [B, K, L], ``choice_reward`` [B, K, 1]), one row per candidate k: the row's tokens
+    before its first decision token (the prompt and the row's rationale), then candidate k's decision tokens (the
+    scored ones). Extras per new row: ``choice_adv`` (A_k = r(c_k) − mean over the row's candidates), ``parent`` (the
+    row's index) and ``choice_weight`` (1/G_s, G_s: the rows of its slate, from ``slates``, that get candidate
+    rows); every other [B] extra is the parent row's (its sampling temperature, at which the store scores it). A
+    batch with no such row gives a batch of 0 rows."""
+    x = batch.extras
+    missing = [k for k in ("decision", *CHOICE_EXTRAS) if k not in x]
+    if missing:
+        raise ValueError(f"clpo.choice_form=listwise needs every row's candidate decisions: no extras {missing} "
+                         f"(the maestro recipe gives them; else use clpo.choice_form=sampled)")
+    prompts, comps, adv, parent = [], [], [], []
+    for b in range(batch.input_ids.shape[0]):
+        decided = torch.nonzero(x["decision"][b] > 0).flatten()
+        real = x["choice_mask"][b] > 0  # [K, L]
+        shown = real.any(-1)
+        if not len(decided) or not bool(shown.any()):
+            continue
+        a = slate_advantages(x["choice_reward"][b, :, 0], shown)
+        for k in torch.nonzero(shown).flatten().tolist():
+            prompts.append(batch.input_ids[b, :int(decided[0])].tolist())
+            comps.append(x["choices"][b, k][real[k]].tolist())
+            adv.append(float(a[k]))
+            parent.append(b)
+    per_slate = {g: len({p for p in parent if slates[p] == g}) for g in {slates[p] for p in parent}}
+    if not prompts:
+        empty = torch.zeros(0, 1, dtype=torch.long)
+        return SeqBatch(empty, empty.clone(), torch.zeros(0, 1),
+                        {k: torch.zeros(0) for k in ("choice_adv", "parent", "choice_weight")})
+    out = SeqBatch.build(prompts, comps, pad_id)
+    out = out.with_extras(**{k: v[parent] for k, v in x.items() if v.dim() == 1})
+    return out.with_extras(choice_adv=torch.tensor(adv), parent=torch.tensor(parent, dtype=torch.float32),
+                           choice_weight=torch.tensor([1.0 / per_slate[slates[p]] for p in parent]))
+
+
+def join(a: SeqBatch, b: SeqBatch) -> SeqBatch:
+    """``a``'s rows then ``b``'s, right-padded to the wider; an extra one side lacks is 0 on that side's rows
+    ([B] and [B, T] extras; groups: both sides' keys)."""
+    width = max(a.input_ids.shape[1], b.input_ids.shape[1])
+
+    def pad(t: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (0, width - t.shape[1])) if t.dim() == 2 else t
+
+    def extra(batch: SeqBatch, name: str, like: torch.Tensor) -> torch.Tensor:
+        if name in batch.extras:
+            return pad(batch.extras[name])
+        rows = batch.input_ids.shape[0]
+        return torch.zeros((rows, width) if like.dim() == 2 else (rows,), dtype=like.dtype)
+
+    names = {**b.extras, **a.extras}
+    extras = {k: torch.cat([extra(a, k, v), extra(b, k, v)]) for k, v in names.items()}
+    groups = None if a.groups is None or b.groups is None else [*a.groups, *b.groups]
+    return SeqBatch(torch.cat([pad(a.input_ids), pad(b.input_ids)]), torch.cat([pad(a.attention_mask),
+                    pad(b.attention_mask)]), torch.cat([pad(a.loss_mask), pad(b.loss_mask)]), extras, groups)
+
+
 CLPO_EPOCHS = ("trainer.epochs={} with trainer.optimizer=clpo: CLPO's terms carry no importance ratio, so a second "
                "pass over a rollout would be an uncorrected off-policy update; use trainer.epochs=1 and more "
                "trainer.max_steps (the paper's three epochs are three passes over the training questions)")
@@ -113,12 +211,14 @@ CLPO_EPOCHS = ("trainer.epochs={} with trainer.optimizer=clpo: CLPO's terms carr
 @OPTIMIZERS.register("clpo")
 def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
     """CLPO (module doc) with the weights of the ``clpo`` section (default: :class:`ClpoCfg`'s);
-    ``clpo.choice=False`` / ``clpo.rank=False`` drop L_choice / L_rank (the paper's ablations)."""
+    ``clpo.choice=False`` / ``clpo.rank=False`` drop L_choice / L_rank (the paper's ablations);
+    ``clpo.choice_form`` picks Eq. 6's listwise form (the default) or its sampled form."""
     if cfg.epochs != 1:
         raise ConfigError(CLPO_EPOCHS.format(cfg.epochs))
     clpo = clpo if clpo is not None else ClpoCfg()
     weights = {"choice": 1.0 if clpo.choice else 0.0, "rank": clpo.lambda_rank if clpo.rank else 0.0}
     lambda_ent = clpo.lambda_ent
+    listwise = clpo.choice_form == "listwise" and clpo.choice
 
     def update(store: PolicyStore, agent: str, samples: Samples) -> dict:
         batch = samples.batch
@@ -128,37 +228,70 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
         extras = {"adv": choice_advantages(samples.rewards, gid, batch.extras.get("slate_mean")),
                   "reward": samples.rewards.float(), "decision": batch.extras.get("decision", batch.loss_mask),
                   "rationale": batch.extras.get("rationale", torch.zeros_like(batch.loss_mask))}
+        pad = store.backbones[store.agent_backbone[agent]].tokenizer.pad_token_id or 0
+        choices = candidate_rows(batch.with_extras(**extras), gid, pad) if listwise else None
         if cfg.kl_coef:
             extras["ref"] = score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
+        batch = SeqBatch(batch.input_ids, batch.attention_mask, batch.loss_mask,
+                         {k: v for k, v in batch.extras.items() if k not in CHOICE_EXTRAS}, batch.groups)
         batch = batch.with_extras(**extras).with_groups(gid)
         gen = torch.Generator().manual_seed(hash_seed(agent, store.versions[agent]))
         names = [str(k) for k in index]
-        steps = [_step(store, agent, batch.rows(rows), names, weights, cfg, lambda_ent)
+        steps = [_step(store, agent, batch.rows(rows), names, weights, cfg, lambda_ent, _of_rows(choices, rows))
                  for _ in range(cfg.epochs) for rows in slate_steps(gid, cfg.train_batch, gen)]
         out = {k: sum(s[k] for s in steps) / len(steps) for k in ("loss", "grad_norm", *TERMS)}
         out.update(skipped=any(s["skipped"] for s in steps), optimizer_steps=sum(not s["skipped"] for s in steps),
                    slates=len(index), mean_advantage_abs=float(extras["adv"].abs().mean()))
+        if choices is not None:
+            out["choice_rows"] = int(choices.input_ids.shape[0])
         return out
 
     return update
 
 
+def _of_rows(choices: SeqBatch | None, rows: list[int]) -> SeqBatch | None:
+    """The candidate rows whose parent is one of ``rows`` (renumbered to their place in ``rows``); None: none."""
+    if choices is None:
+        return None
+    place = {r: i for i, r in enumerate(rows)}
+    mine = [j for j, p in enumerate(choices.extras["parent"].long().tolist()) if p in place]
+    if not mine:
+        return None
+    out = choices.rows(mine)
+    parents = torch.tensor([float(place[p]) for p in out.extras["parent"].long().tolist()])
+    return out.with_extras(parent=parents).with_groups([("choices", int(p)) for p in parents.long().tolist()])
+
+
 def _step(store: PolicyStore, agent: str, batch: SeqBatch, names: list[str], weights: dict, cfg: TrainerCfg,
-          lambda_ent: float) -> dict:
+          lambda_ent: float, choices: SeqBatch | None = None) -> dict:
+    """One optimizer step over whole slates (``batch``) and, for the listwise L_choice, their rows' candidate rows
+    (``choices``, each row's K kept in one micro-batch; they enter L_choice only)."""
     n_tok, n_slates = count_tokens([batch.loss_mask]), len(set(batch.groups))
+    listwise = choices is not None
+    if listwise:
+        batch = join(batch.with_extras(candidate=torch.zeros(batch.input_ids.shape[0])),
+                     choices.with_extras(candidate=torch.ones(choices.input_ids.shape[0])))
     parts = dict.fromkeys(TERMS, 0.0)
 
     def loss_fn(logp: torch.Tensor, mb: SeqBatch, entropy: torch.Tensor | None = None) -> torch.Tensor:
         x = mb.extras
+        own = mb.loss_mask * (1 - x["candidate"])[:, None] if listwise else mb.loss_mask  # the sampled rows' tokens
         l_choice, l_rank = logp.new_zeros(()), logp.new_zeros(())
         for g, rows in _members(mb.groups).items():
+            if isinstance(g, tuple):  # one row's candidate decisions: the listwise L_choice
+                seq = (logp[rows] * mb.loss_mask[rows]).sum(-1)
+                ones = torch.ones_like(seq)
+                l_choice = l_choice + listwise_choice(seq[None], x["choice_adv"][rows], ones[None]) \
+                    * x["choice_weight"][rows[0]] / n_slates
+                continue
             gen = torch.Generator().manual_seed(hash_seed(agent, store.versions[agent], names[g]))
             order = torch.randperm(len(rows), generator=gen).tolist()  # random tie-breaking for ListMLE
             c, r = slate_terms(logp[rows], x["decision"][rows], x["rationale"][rows], x["adv"][rows],
                                x["reward"][rows], order)
-            l_choice, l_rank = l_choice + c / n_slates, l_rank + r / n_slates
-        kl = kl_loss(logp, x["ref"], mb.loss_mask, cfg.kl_estimator, normaliser=n_tok) if "ref" in x else 0.0
-        ent = token_mean(entropy, mb.loss_mask, n_tok) if entropy is not None else 0.0
+            l_choice = l_choice if listwise else l_choice + c / n_slates
+            l_rank = l_rank + r / n_slates
+        kl = kl_loss(logp, x["ref"], own, cfg.kl_estimator, normaliser=n_tok) if "ref" in x else 0.0
+        ent = token_mean(entropy, own, n_tok) if entropy is not None else 0.0
         total = clpo_loss(weights["choice"] * l_choice, l_rank, kl, ent, lambda_rank=weights["rank"],
                           lambda_kl=cfg.kl_coef, lambda_ent=lambda_ent)
         for name, value in zip(TERMS, (l_choice, l_rank, kl, ent)):

@@ -94,6 +94,9 @@ def test_one_maestro_step_is_pinned(tmp_path):
     # previous golden's checksums, and without dropout both settings give the same step (test below).
     # 2026-11-27 (fourth sitting): the executors' KL is a loss term, so the current policy is no longer scored
     # before their update: update_shapes' score count halved (12 -> 6 micro-batches); adapters and metrics kept
+    # regenerated for issue 58 item 6: L_choice is Eq. 6's sum over candidates (clpo.choice_form=listwise), so the
+    # central update scores every candidate's number (update_shapes) and the adapters moved (the executors' by the
+    # dropout draws after the longer central update); episodes unchanged
     run = tmp_path / "run"
     assert _maestro_step(tmp_path, run) == 0
     got = _record(run)

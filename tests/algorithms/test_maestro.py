@@ -10,7 +10,7 @@ import torch
 from helpers.maestro_engine import ScriptEngine  # registers engine "maestro_script"
 from helpers.paths import DATA, needs_data
 from selfevo import cli
-from selfevo.algorithms.maestro import clpo_rows, span_mask
+from selfevo.algorithms.maestro import clpo_rows, decision_strings, note_finals, span_mask
 from selfevo.interaction import Turn
 from selfevo.optimizers import OPTIMIZERS, TrainerCfg
 from selfevo.types import Completion, Request
@@ -52,6 +52,59 @@ def test_clpo_rows_of_a_chained_pair(make_store):
     for text, generated, decision in (("2", "2\n", [1.0, 0.0]), ("12", "12\n", [1.0, 1.0, 0.0]), ("9", "9", [1.0])):
         rows = clpo_rows(tok)(turn("central_sample", prefix, text, ids(generated)))
         assert rows["decision"] == decision and rows["rationale"] == [0.0] * len(decision)
+
+def test_clpo_rows_give_every_candidates_decision_for_the_listwise_choice(make_store):
+    tok = make_store(agents=("central",)).backbones["tiny-random"].tokenizer
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    meta = {"slate_rewards": [1.0, 0.0, 1.0], "slate_finals": ["5", "7", None]}
+    assert decision_strings(meta, False) == ["Chosen: 1\nFinal: \\boxed{5}", "Chosen: 2\nFinal: \\boxed{7}",
+                                             "Chosen: 3\nFinal: \\boxed{}"]  # no final answer found: empty box
+    assert decision_strings(meta, True) == ["1", "2", "3"]  # chained: the number after "Chosen: Candidate "
+    with pytest.raises(ValueError, match="3 candidates with 2 final answers"):
+        decision_strings({**meta, "slate_finals": ["5", "7"]}, False)
+    text = " cand 2 is right.\nChosen: 2\nFinal: \\boxed{7} ok"
+    gen = ids(text)
+    req = Request("central", [{"role": "user", "content": "q"}], prefix="Reason:")
+    turn = Turn("central", "central_sample", Completion(req, [1], gen, [0.0] * len(gen), text, "stop"), meta=meta)
+    rows = clpo_rows(tok, choices=True)(turn)
+    first = rows["decision"].index(1.0)
+    lead = tok.decode(gen[first:], skip_special_tokens=True).split("Chosen")[0]  # "" unless a token spans the label
+    assert [tok.decode([i for i in c if i], skip_special_tokens=True) for c in rows["choices"].tolist()] == \
+        [lead + s for s in decision_strings(meta, False)]
+    assert rows["choice_mask"].sum(-1).tolist() == [len(ids(lead + s)) for s in decision_strings(meta, False)]
+    assert rows["choice_reward"].tolist() == [[1.0], [0.0], [1.0]]
+    # the row's own decision, re-tokenised, is its own candidate's string: the same tokens the sample generated
+    assert ids(lead + decision_strings(meta, False)[1]) == gen[first:first + int(sum(rows["decision"]))]
+    # no decision tokens: no candidate decisions (empty tensors)
+    none = ids(" no idea")
+    bare = Turn("central", "central_sample", Completion(req, [1], none, [0.0] * len(none), " no idea", "stop"),
+                meta=meta)
+    assert clpo_rows(tok, choices=True)(bare)["choices"].shape[0] == 0
+    # chained: the number after the given "Chosen: Candidate " (the stop token after it is not replaced)
+    prefix = "Reason: cand 2 is right.\nChosen: Candidate "
+    comp = Completion(Request("central", [{"role": "user", "content": "q"}], prefix=prefix), [1], ids("2\n"),
+                      [0.0, 0.0], "2", "stop")
+    rows = clpo_rows(tok, choices=True, chained=True)(Turn("central", "central_sample", comp, meta=meta))
+    assert [[i for i in c if i] for c in rows["choices"].tolist()] == [ids("1"), ids("2"), ids("3")]
+
+
+def test_note_finals_records_each_samples_slate_answers():
+    from selfevo.interaction import Episode
+    from selfevo.types import Task
+
+    task = Task("q", "math", "What is 2 + 3?", "5", meta={"verifier": "math"})
+    ep = Episode(task)
+    msgs = [{"role": "user", "content": "q"}]
+    texts = ["so \\boxed{5}", "maybe \\boxed{6}", "no answer"]
+    for t in texts:
+        ep.turns.append(Turn(None, "execution", Completion(Request(None, msgs), [1], [2], [0.0], t, "stop")))
+    refs = {"candidate_0": 2, "candidate_1": 0, "candidate_2": 1}  # displayed order: third, first, second
+    ep.turns.append(Turn("central", "central_sample", Completion(Request("central", msgs), [1], [2], [0.0], "x",
+                                                                 "stop"), refs=refs))
+    from selfevo.verifiers import verify
+    assert note_finals(verify)([ep]) == {}
+    assert ep.turns[-1].meta["slate_finals"] == [None, "5", "6"]
+
 
 # ---- the recipe ----------------------------------------------------------------------------------------------------
 def question_file(tmp_path: Path) -> Path:
@@ -103,12 +156,12 @@ def test_recipe_chained_selection_trains_both_stages(tmp_path, monkeypatch):
 
     seen, real = [], recipe.clpo_rows
 
-    def spy(tok):  # records the CLPO masks of every row the recipe trains on
-        extras = real(tok)
+    def spy(tok, *options):  # records the CLPO masks (and candidate decisions) of every row the recipe trains on
+        extras = real(tok, *options)
 
         def rows(turn):
             out = extras(turn)
-            seen.append((turn.role, sum(out["decision"]), sum(out["rationale"])))
+            seen.append((turn.role, sum(out["decision"]), sum(out["rationale"]), out["choices"].shape[0]))
             return out
 
         return rows
@@ -122,7 +175,10 @@ def test_recipe_chained_selection_trains_both_stages(tmp_path, monkeypatch):
     reasons = [s for s in seen if s[0] == "central_sample_reason"]
     numbers = [s for s in seen if s[0] == "central_sample"]
     assert len(reasons) == len(numbers) == 9 and len(seen) == 18
-    assert all(d == 0 and r > 0 for _, d, r in reasons) and all(d > 0 and r == 0 for _, d, r in numbers)
+    assert all(d == 0 and r > 0 for _, d, r, _ in reasons) and all(d > 0 and r == 0 for _, d, r, _ in numbers)
+    # the listwise L_choice (the default): each number row scores all N·K = 4 candidates' numbers after its rationale
+    assert all(k == 0 for *_, k in reasons) and all(k == 4 for *_, k in numbers)
+    assert m["train"]["central"]["choice_rows"] == 9 * 4
     for episode in lines(out / "episodes.jsonl"):
         turns = episode["turns"]
         assert [t["role"] for t in turns] == ["execution"] * 4 + ["central_reason"] + \
@@ -132,6 +188,19 @@ def test_recipe_chained_selection_trains_both_stages(tmp_path, monkeypatch):
         assert all(t["reward"] is not None and "slate_rewards" in t for t in turns[5:8] + turns[9:12])
     state = load_file(str(out / "adapters" / "final" / "central" / "adapter_model.safetensors"))
     assert any(float(v.abs().sum()) > 0 for k, v in state.items() if "lora_B" in k)  # fresh adapters have B = 0
+
+def test_recipe_listwise_choice_without_the_chain(tmp_path):
+    """Unchained (the paper's format): each central sample records its slate's final answers, and every sample with
+    a ``Chosen:`` line scores all N·K candidates' decision strings after its rationale."""
+    out = tmp_path / "run"
+    assert cli.main(args(tmp_path, out, "trainer.max_steps=1", "protocol.rounds=1", "protocol.central_chain=false",
+                         "protocol.central_prefix=")) == 0
+    [m] = lines(out / "metrics.jsonl")
+    samples = [t for e in lines(out / "episodes.jsonl") for t in e["turns"] if t["role"] == "central_sample"]
+    assert len(samples) == 9 and all(len(t["slate_finals"]) == 4 for t in samples)
+    decided = sum("\nChosen:" in "\n" + t["text"] for t in samples)
+    assert decided and m["train"]["central"]["choice_rows"] == 4 * decided
+
 
 @pytest.mark.parametrize("optimizer", ["grpo", "sft", "none"])
 def test_baseline_trainers_run(tmp_path, optimizer):

@@ -7,7 +7,9 @@ import torch
 
 from selfevo.loop import TrainerCfg
 from selfevo.optimizers import OPTIMIZERS, ClpoCfg, Samples
-from selfevo.optimizers.clpo import choice_advantages, slate_steps, slate_terms
+from selfevo.optimizers.clpo import (candidate_rows, choice_advantages, join, listwise_choice, sampled_choice,
+                                     slate_steps, slate_terms)
+from selfevo.optimizers.objectives import slate_advantages
 from selfevo.policy import SeqBatch
 
 
@@ -69,6 +71,83 @@ def test_slate_terms_degenerate_cases():
     assert torch.all(logp.grad[RATIONALE > 0] == 0)  # L_choice never touches the rationale
 
 
+# ---- Eq. 6: the sum over candidates (listwise) and its sampled form, by hand --------------------------------------
+def logit_ascent(loss_of, pi):
+    """−∂L/∂z at logits z = log π (one token per decision, one softmax over the candidates)."""
+    z = torch.tensor(pi).log().requires_grad_(True)
+    loss_of(torch.log_softmax(z, -1)).backward()
+    return (-z.grad).tolist()
+
+
+def test_listwise_choice_is_eq6_by_hand():
+    pi, r = [0.1, 0.8, 0.1], torch.tensor([1.0, 0.0, 0.0])
+    a = slate_advantages(r)  # A = r − r̄ = (2/3, −1/3, −1/3)
+    assert a.tolist() == pytest.approx([2 / 3, -1 / 3, -1 / 3])
+    ones = torch.ones(1, 3)
+    # L = −Σ_k A_k log π_k = −(2/3 ln 0.1 − 1/3 ln 0.8 − 1/3 ln 0.1) = (ln 0.8 − ln 0.1) / 3 = ln 8 / 3 = ln 2
+    logp = torch.tensor(pi).log()
+    assert float(listwise_choice(logp[None], a, ones)) == pytest.approx(math.log(2))
+    # ∂L/∂z_j = −A_j + π_j Σ_k A_k = −A_j (Σ_k A_k = 0): every candidate pushed by its own advantage
+    assert logit_ascent(lambda lp: listwise_choice(lp[None], a, ones), pi) == pytest.approx([2 / 3, -1 / 3, -1 / 3])
+    # the sampled form, one decision k ~ π: E[−A_k ∇log π_k]; ascent_j = π_j (A_j − Σ_k π_k A_k), Σ_k π_k A_k = −0.7/3
+    # → (0.1·0.9, 0.8·(−0.1), 0.1·(−0.1)) = (0.09, −0.08, −0.01): Eq. 6's terms weighted by π_k, another direction
+    expected = [0.0, 0.0, 0.0]
+    for k, p in enumerate(pi):
+        g = logit_ascent(lambda lp: sampled_choice(lp[k][None], a[k][None], torch.ones(1, dtype=torch.bool)), pi)
+        expected = [e + p * x for e, x in zip(expected, g)]
+    assert expected == pytest.approx([0.09, -0.08, -0.01], abs=1e-6)
+
+
+def test_listwise_choice_degenerate_cases():
+    pi = [0.1, 0.8, 0.1]
+    ones = torch.ones(1, 3)
+    equal = slate_advantages(torch.ones(3))  # all rewards equal: A = 0, no signal
+    assert float(listwise_choice(torch.tensor(pi).log()[None], equal, ones)) == 0.0
+    assert logit_ascent(lambda lp: listwise_choice(lp[None], equal, ones), pi) == [0.0, 0.0, 0.0]
+    one = slate_advantages(torch.tensor([1.0]))  # one candidate: A = r − r = 0
+    assert float(listwise_choice(torch.tensor([[-0.3]]), one, torch.ones(1, 1))) == 0.0
+    ties = slate_advantages(torch.tensor([1.0, 1.0, 0.0]))  # two correct candidates: A = (1/3, 1/3, −2/3)
+    assert logit_ascent(lambda lp: listwise_choice(lp[None], ties, ones), pi) == pytest.approx([1 / 3, 1 / 3, -2 / 3])
+    # G rationales: the mean over those with a scored candidate (row 1 has none: left out, not a zero in the mean)
+    logp = torch.tensor([[-1.0, -2.0, -3.0], [-9.0, -9.0, -9.0], [-0.5, -1.5, -0.5]])
+    mask = torch.tensor([[1.0, 1, 1], [0, 0, 0], [1, 1, 0]])
+    a = torch.tensor([0.5, -0.25, -0.25])
+    want = (-(0.5 * -1.0 - 0.25 * -2.0 - 0.25 * -3.0) - (0.5 * -0.5 - 0.25 * -1.5)) / 2  # = (−0.75 − 0.125) / 2
+    assert float(listwise_choice(logp, a, mask)) == pytest.approx(want)
+    assert float(listwise_choice(logp, a, torch.zeros(3, 3))) == 0.0  # nothing scored: 0, no division by zero
+
+
+def test_candidate_rows_by_hand():
+    # two rows of one slate (prompt 7 7, then rationale, then decision tokens) and a row without a decision
+    ids = torch.tensor([[7, 7, 1, 2, 30, 31, 0], [7, 7, 3, 40, 41, 42, 9], [7, 7, 5, 6, 0, 0, 0]])
+    attn = (torch.arange(7) < torch.tensor([6, 7, 4])[:, None]).long()
+    loss = attn.float() * (torch.arange(7) >= 2)
+    decision = torch.zeros(3, 7)
+    decision[0, 4:6], decision[1, 3:6] = 1, 1
+    choices = torch.tensor([[[50, 51], [60, 0], [0, 0]]] * 3)  # candidates "50 51" and "60" (a padded third slot)
+    mask = (choices > 0).float()
+    batch = SeqBatch(ids, attn, loss, {"decision": decision, "choices": choices, "choice_mask": mask,
+                                       "choice_reward": torch.tensor([[[1.0], [0.0], [0.0]]] * 3),
+                                       "temperature": torch.tensor([0.7, 0.9, 0.7])})
+    out = candidate_rows(batch, [0, 0, 0])
+    rows = [out.input_ids[i][out.attention_mask[i] > 0].tolist() for i in range(4)]
+    assert rows == [[7, 7, 1, 2, 50, 51], [7, 7, 1, 2, 60], [7, 7, 3, 50, 51], [7, 7, 3, 60]]
+    assert [out.input_ids[i][out.loss_mask[i] > 0].tolist() for i in range(4)] == [[50, 51], [60], [50, 51], [60]]
+    assert out.extras["choice_adv"].tolist() == [0.5, -0.5, 0.5, -0.5]  # r̄ over the two real candidates
+    assert out.extras["parent"].tolist() == [0, 0, 1, 1] and out.extras["choice_weight"].tolist() == [0.5] * 4
+    assert out.extras["temperature"].tolist() == pytest.approx([0.7, 0.7, 0.9, 0.9])  # scored as the parent row
+    with pytest.raises(ValueError, match="clpo.choice_form=listwise needs"):
+        candidate_rows(SeqBatch(ids, attn, loss, {"decision": decision}), [0, 0, 0])
+    own = SeqBatch(ids, attn, loss, {"decision": decision}, [0, 0, 0])
+    both = join(own, out.with_groups([("c", 0)] * 2 + [("c", 1)] * 2))  # candidate rows after the batch's own
+    assert both.input_ids.shape == (7, 7) and both.groups[3:] == [("c", 0)] * 2 + [("c", 1)] * 2
+    assert torch.equal(both.input_ids[:3], ids) and torch.equal(both.input_ids[3:, :6], out.input_ids)
+    assert both.extras["choice_adv"].tolist() == [0.0] * 3 + [0.5, -0.5, 0.5, -0.5]  # 0 where a side lacks it
+    assert both.extras["decision"][3:].sum() == 0 and torch.equal(both.extras["decision"][:3], decision)
+    empty = candidate_rows(SeqBatch(ids, attn, loss, {**batch.extras, "decision": torch.zeros(3, 7)}), [0, 0, 0])
+    assert empty.input_ids.shape[0] == 0  # no row decided: no candidate rows
+
+
 def test_slate_steps_keep_slates_whole():
     gen = torch.Generator().manual_seed(0)
     groups = [0, 0, 1, 1, 1, 2, 3, 3]
@@ -89,6 +168,14 @@ ROWS = [  # (prompt, rationale, decision, reward) — two slates of two sampled 
 ]
 
 
+SLATES = {"Slate one?": [("2", 1.0), ("3", 0.0)],  # each slate's candidates: (final answer, reward)
+          "Slate two?": [("5", 0.0), ("6", 1.0), ("7", 0.0), ("8", 0.0)]}
+
+
+def decision_text(k, answer):
+    return f"\nChosen: {k}\nFinal: \\boxed{{{answer}}}"
+
+
 def clpo_samples(store):
     tok = store.backbones["tiny-random"].tokenizer
     ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
@@ -107,7 +194,16 @@ def clpo_samples(store):
             out[i, len(p):len(p) + len(v)] = torch.tensor(v)
         return out
 
-    batch = batch.with_extras(decision=grid(dec), rationale=grid(rat), slate_mean=torch.tensor([0.5, 0.5, 0.25, 0.25]))
+    cands = [[ids(decision_text(k, a)) for k, (a, _) in enumerate(SLATES[row[0]], 1)] for row in ROWS]
+    width = max(len(c) for row in cands for c in row)
+    choices, mask = torch.zeros(4, 4, width, dtype=torch.long), torch.zeros(4, 4, width)
+    reward = torch.zeros(4, 4, 1)
+    for i, row in enumerate(cands):
+        for k, c in enumerate(row):
+            choices[i, k, :len(c)], mask[i, k, :len(c)] = torch.tensor(c), 1.0
+            reward[i, k, 0] = SLATES[ROWS[i][0]][k][1]
+    batch = batch.with_extras(decision=grid(dec), rationale=grid(rat), slate_mean=torch.tensor([0.5, 0.5, 0.25, 0.25]),
+                              choices=choices, choice_mask=mask, choice_reward=reward)
     return Samples(batch, torch.tensor([r[3] for r in ROWS]), ["s1", "s1", "s2", "s2"])
 
 
@@ -119,7 +215,8 @@ def test_clpo_trains_only_the_central_adapter_and_reports_eq8(make_store):
     store = make_store(agents=("central", "other"), micro_batch=2)
     samples = clpo_samples(store)
     opt = OPTIMIZERS.get("clpo")(TrainerCfg(kl_coef=0.1, kl_estimator="k3"), ClpoCfg(lambda_rank=0.5,
-                                                                                       lambda_ent=0.01))
+                                                                                       lambda_ent=0.01,
+                                                                                       choice_form="sampled"))
     before = snapshot(store)
     with torch.no_grad():
         logp, ent = store.token_logprobs("central", samples.batch, entropy=True)
@@ -141,6 +238,44 @@ def test_clpo_trains_only_the_central_adapter_and_reports_eq8(make_store):
                                           - 0.01 * stats["entropy"], rel=1e-4)
 
 
+def test_clpo_listwise_choice_scores_every_candidate_after_each_rationale(make_store):
+    """The default L_choice is Eq. 6 as written: each row's rationale, then every candidate's decision string of its
+    slate, scored (K rows sharing the row's prefix), −Σ_k A_k log π(d_k | ...), averaged over the slate's rows with a
+    decision, then over the slates; KL and entropy stay token means over the sampled rows only."""
+    store = make_store(agents=("central",), micro_batch=2)
+    samples = clpo_samples(store)
+    tok = store.backbones["tiny-random"].tokenizer
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    # by hand: row i's prompt and rationale, then candidate k's decision (the scored tokens)
+    per_slate = {}
+    for prompt, rationale, decision, _ in ROWS:
+        if not decision:
+            continue  # no decision tokens: no candidate rows
+        answers = SLATES[prompt]
+        rows = SeqBatch.build([ids(prompt) + ids(rationale)] * len(answers),
+                              [ids(decision_text(k, a)) for k, (a, _) in enumerate(answers, 1)], tok.pad_token_id)
+        with torch.no_grad():
+            seq = store.token_logprobs("central", rows).sum(-1)
+        a = slate_advantages(torch.tensor([r for _, r in answers]))
+        per_slate.setdefault(prompt, []).append(float(listwise_choice(seq[None], a, torch.ones(1, len(answers)))))
+    want = sum(sum(v) / len(v) for v in per_slate.values()) / 2  # slate one: 2 rationales; slate two: 1
+    with torch.no_grad():
+        logp, ent = store.token_logprobs("central", samples.batch, entropy=True)
+    listwise = OPTIMIZERS.get("clpo")(TrainerCfg(kl_coef=0.1), ClpoCfg(lambda_ent=0.01))(store, "central", samples)
+    assert listwise["choice"] == pytest.approx(want, rel=1e-4) and listwise["choice_rows"] == 2 + 2 + 4
+    mask = samples.batch.loss_mask
+    assert listwise["entropy"] == pytest.approx(float((ent * mask).sum() / mask.sum()), rel=1e-4)
+    assert listwise["kl"] == pytest.approx(0.0, abs=1e-6)
+    # the sampled form on the same rows gives another number (a fresh store: the same starting policy)
+    store2 = make_store(agents=("central",), micro_batch=2)
+    sampled = OPTIMIZERS.get("clpo")(TrainerCfg(), ClpoCfg(choice_form="sampled"))(store2, "central", samples)
+    x, adv = samples.batch.extras, samples.rewards - samples.batch.extras["slate_mean"]
+    want_sampled = sum(float(slate_terms(logp[r], x["decision"][r], x["rationale"][r], adv[r], samples.rewards[r])[0])
+                       for r in ([0, 1], [2, 3])) / 2
+    assert sampled["choice"] == pytest.approx(want_sampled, rel=1e-4) and "choice_rows" not in sampled
+    assert abs(sampled["choice"] - listwise["choice"]) > 1e-3
+
+
 def test_clpo_ablation_switches_and_defaults(make_store):
     store = make_store(agents=("central",), micro_batch=4)
     samples = clpo_samples(store)
@@ -153,5 +288,9 @@ def test_clpo_ablation_switches_and_defaults(make_store):
     # plain samples (no masks): every completion token is a decision token, no rationale, groups by prompt
     plain = Samples(SeqBatch(samples.batch.input_ids, samples.batch.attention_mask, samples.batch.loss_mask),
                     samples.rewards)
-    stats = OPTIMIZERS.get("clpo")(TrainerCfg(train_batch=2))(store, "central", plain)
+    stats = OPTIMIZERS.get("clpo")(TrainerCfg(train_batch=2), ClpoCfg(choice_form="sampled"))(store, "central", plain)
     assert stats["rank"] == 0.0 and stats["optimizer_steps"] == 2 and stats["slates"] == 2
+    with pytest.raises(ValueError, match="needs every row's candidate decisions"):  # listwise without candidates
+        OPTIMIZERS.get("clpo")(TrainerCfg())(store, "central", plain)
+    ablated = OPTIMIZERS.get("clpo")(TrainerCfg(), ClpoCfg(choice=False, lambda_ent=0.0))(store, "central", plain)
+    assert ablated["loss"] == pytest.approx(0.0, abs=1e-7) and "choice_rows" not in ablated  # w/o L_choice: no rows

@@ -8,7 +8,7 @@ import torch
 
 from selfevo.interaction import Episode, Turn
 from selfevo.loop import TrainerCfg
-from selfevo.optimizers import OPTIMIZERS, Samples, train_agents
+from selfevo.optimizers import OPTIMIZERS, ClpoCfg, Samples, train_agents
 from selfevo.optimizers import base
 from selfevo.optimizers.base import gradient_rows, on_policy, score
 from selfevo.optimizers.objectives import kl_estimate, masked_mean, task_relative_advantages
@@ -92,7 +92,8 @@ def test_every_optimizer_trains_only_its_agents_adapter(make_store, name):
     store = make_store(agents=("a0", "a1", "a2"), micro_batch=2)
     samples = samples_of(store)
     before = snapshot(store)
-    stats = OPTIMIZERS.get(name)(TrainerCfg())(store, "a1", samples)
+    options = {"clpo": ClpoCfg(choice_form="sampled")} if name == "clpo" else {}  # plain rows: no candidate set
+    stats = OPTIMIZERS.get(name)(TrainerCfg(), **options)(store, "a1", samples)
     after = snapshot(store)
     assert stats["skipped"] is False and math.isfinite(stats["loss"]) and stats["grad_norm"] > 0
     assert delta(before, after, "a1") > 0
