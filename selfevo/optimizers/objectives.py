@@ -369,8 +369,9 @@ def choice_loss(choice_logp: Tensor, advantages: Tensor, mask: Tensor | None = N
 
     ``choice_logp[..., K]``: log-prob of the decision segment endorsing candidate k (the summed token log-probs
     of the decision tokens only: choice and its answer, rationale masked out);
-    ``advantages``: :func:`slate_advantages`. For a single sampled decision a, pass K=1 with ``A_a`` (the
-    REINFORCE estimate of the same gradient). ``mask`` drops padded slots.
+    ``advantages``: :func:`slate_advantages`. A single sampled decision a with K=1 and ``A_a`` is CLPO's sampled
+    form (``clpo.choice_form=sampled``): its expected gradient, Σ_k π_k A_k ∇log π_k, is not this loss's. ``mask``
+    drops padded slots.
     """
     terms = advantages.float().detach() * choice_logp.float()
     if mask is not None:
