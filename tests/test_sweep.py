@@ -273,3 +273,125 @@ def test_a_changed_eval_section_does_not_reuse_an_evaluation(tmp_path):
     (folder / "summary.json").write_text(json.dumps([record]))
     with pytest.raises(spec.ConfigError, match="evaluated with n=3, the sweep file now says 2"):
         spec.plan(cfg, rows, ["base"])
+
+
+def test_a_row_pairs_with_its_own_baseline_where_it_names_one(tmp_path, capsys):
+    """base2's items [1, 1, 1, 0]: g's seed-avg [1, .5, 1, 0] − base2 = [0, −.5, 0, 0], mean −0.125."""
+    cfg = OmegaConf.create({"output_dir": str(tmp_path), "baseline": "base"})
+    rows = {"base": OmegaConf.create({"about": "", "recipe": None, "curve": []}),
+            "base2": OmegaConf.create({"about": "", "recipe": None, "curve": []}),
+            "g": OmegaConf.create({"about": "", "recipe": "grpo", "baseline": "base2", "curve": []})}
+    _fake_eval(tmp_path / "base" / "seed0", [0, 0, 1, 0])
+    _fake_eval(tmp_path / "base2" / "seed0", [1, 1, 1, 0])
+    _fake_eval(tmp_path / "g" / "seed0", [1, 0, 1, 0])
+    _fake_eval(tmp_path / "g" / "seed1", [1, 1, 1, 0])
+    md = table.write(cfg, rows)
+    got = json.loads((tmp_path / "table.json").read_text())["rows"]
+    assert got["g"]["baseline"] == "base2" and got["g"]["paired"]["diff"] == -0.125
+    assert (got["g"]["paired"]["improved"], got["g"]["paired"]["worsened"]) == (0, 1)
+    assert got["base2"]["baseline"] == "base" and got["base2"]["paired"]["diff"] == 0.5
+    assert got["base"]["baseline"] is None and got["base"]["paired"] is None
+    assert "| -0.125 [-0.370, +0.120] vs base2 | +0/−1 |" in md
+    text = GOOD + "  g: {recipe: grpo, baseline: bas2}\n"
+    assert cli.main(["sweep", str(_sweep_file(tmp_path, text)), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "row 'g'" in err and "baseline 'bas2' is not a row (did you mean 'base'?)" in err
+
+
+def test_table_json_keeps_lists_of_values_on_one_line():
+    t = {"ids": ["a/1", "b[2"], "rows": {"x": {"items": [1.0, 0.0], "ci": [0.1, 0.2], "d": [{"k": 1}]}}, "e": []}
+    text = table.dumps(t)
+    assert json.loads(text) == t and '"items": [1.0, 0.0],' in text and '"ci": [0.1, 0.2],' in text
+    assert '"ids": [\n  "a/1",\n  "b[2"\n ],' in text  # a bracket inside a value: left as json.dumps wrote it
+    assert '"d": [\n    {' in text and '"e": []' in text
+
+
+def _carried(folder: Path, correct: list[int], **carried) -> None:
+    _fake_eval(folder, correct)
+    items = folder / "eval" / "arith-vanilla" / "items.jsonl"
+    items.write_text("".join(json.dumps({"id": f"q{i}", "correct": bool(c)}) + "\n" for i, c in enumerate(correct)))
+    record = json.loads((folder / "eval" / "summary.json").read_text())
+    record[0]["carried_over"] = carried
+    (folder / "eval" / "summary.json").write_text(json.dumps(record))
+
+
+def test_a_carried_over_evaluation_is_in_the_table_but_not_taken_for_the_sweeps_own(tmp_path):
+    """Verdicts recorded elsewhere (benchmarks/sweeps/convert_effect.py): the table reads them with the recorded
+    answer length, steps and training seconds; running the sweep trains and evaluates the row again."""
+    cfg = OmegaConf.create({"output_dir": str(tmp_path), "baseline": "base"})
+    rows = {"base": OmegaConf.create({"about": "", "recipe": None}),
+            "g": OmegaConf.create({"about": "", "recipe": "grpo"})}
+    _carried(tmp_path / "base" / "seed0", [0, 0, 1, 0], answer_chars=431.4)
+    _carried(tmp_path / "g" / "seed0", [1, 0, 1, 0], answer_chars=57.7, answers_sha256="ab" * 32, steps=24,
+             train_s=2744.2, command="selfevo run grpo seed=0")
+    got = table.collect(cfg, rows)["rows"]
+    assert got["g"]["paired"]["diff"] == 0.25 and got["g"]["train_s"] == 2744.2 and got["g"]["answer_chars"] == 57.7
+    assert got["g"]["per_seed"]["0"]["steps"] == 24 and got["g"]["per_seed"]["0"]["answers_sha256"] == "ab" * 32
+    assert got["base"]["answer_chars"] == 431.4 and got["base"]["train_s"] is None
+    base = Job("base", 0, tmp_path / "base" / "seed0", eval=("eval", "x=1"))
+    g = Job("g", 0, tmp_path / "g" / "seed0", ("run", "grpo", "seed=0"), ("eval", "x=1"), max_steps=2,
+            adapter="adapters/final/agent0")
+    assert not base.evaluated() and [c[3:] for c in base.commands()] == [["eval", "x=1"]]
+    assert [c[3] for c in g.commands()] == ["run", "eval"]  # a fresh run, then its own evaluation replaces it
+    from selfevo.sweep import status
+
+    assert status(base) == "to evaluate (its carried-over evaluation is replaced)"
+
+
+EFFECT = ROOT / "benchmarks" / "results" / "effect.json"
+EFFECT_SWEEP = ROOT / "benchmarks" / "sweeps" / "effect.yaml"
+
+
+def _effect_sweep():
+    cfg, rows = spec.load_sweep(EFFECT_SWEEP)
+    cfg.output_dir = str(ROOT / cfg.output_dir)
+    return cfg, rows
+
+
+def test_the_effect_sweeps_folders_rebuild_effect_jsons_rows():
+    """benchmarks/sweeps/effect.yaml's committed folders (effect.json's evaluations, carried over): ``--table``
+    gives every row's recorded numbers, and the committed table.{json,md} are that rebuild."""
+    cfg, rows = _effect_sweep()
+    record = json.loads(EFFECT.read_text())
+    got = table.collect(cfg, rows)
+    assert list(got["rows"]) == list(rows) and got["n"] == 500 and got["baseline"] == "base"
+    bases = {"base": record["bases"][next(iter(record["bases"]))], "base_auto": record["base"]}
+    for name, r in got["rows"].items():
+        if name in bases:
+            assert r["accuracy"] == pytest.approx(sum(bases[name]["items"]) / 500, abs=1e-12), name
+            assert r["per_seed"]["0"]["items"] == bases[name]["items"] and r["answer_chars"] == bases[name]["answer_chars"]
+            continue
+        want = record["methods"][name]
+        assert r["accuracy"] == pytest.approx(want["after"], abs=1e-12), name
+        assert r["accuracy_ci"] == pytest.approx(want["after_ci"], abs=1e-12), name
+        assert (r["paired"]["diff"], r["paired"]["low"], r["paired"]["high"]) == pytest.approx(
+            (want["diff"], want["diff_low"], want["diff_high"]), abs=1e-12), name
+        assert (r["paired"]["improved"], r["paired"]["worsened"]) == (want["improved"], want["worsened"]), name
+        assert [p["diff"] for p in r["per_seed"].values()] == pytest.approx(
+            [p["diff"] for p in want["per_seed"].values()], abs=1e-12), name
+        assert (r["over_seeds"]["low"], r["over_seeds"]["high"]) == pytest.approx(
+            (want["over_seeds"]["low"], want["over_seeds"]["high"]), abs=1e-12), name
+        assert (r["train_s"], r["answer_chars"]) == (want["train_s"], want["chars_after"]), name
+        assert [p["command"] for p in r["per_seed"].values()] == [p["command"] for p in want["per_seed"].values()]
+    assert got["rows"]["grpo"]["baseline"] == "base_auto"  # paired as recorded: with the base of its dtype
+    out = Path(cfg.output_dir)
+    assert (out / "table.json").read_text() == table.dumps(got)
+    assert (out / "table.md").read_text() == table.markdown(got)
+
+
+def test_convert_effect_writes_the_committed_folders(tmp_path):
+    """benchmarks/sweeps/convert_effect.py, run again, gives the committed folders file for file, byte for byte;
+    no run state (config.yaml, checkpoint, adapters) among them."""
+    import importlib.util
+
+    spec_ = importlib.util.spec_from_file_location("convert_effect", ROOT / "benchmarks/sweeps/convert_effect.py")
+    convert_effect = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(convert_effect)
+    cfg, _ = _effect_sweep()
+    convert_effect.convert(json.loads(EFFECT.read_text()), EFFECT_SWEEP, tmp_path)
+    made = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    committed = Path(cfg.output_dir)
+    assert made == {p: (committed / p).read_bytes() for p in made}
+    assert {p.relative_to(committed) for p in committed.rglob("*") if p.is_file()} - set(made) == {
+        Path("table.json"), Path("table.md")}
+    assert all(p.parts[-1] in ("summary.json", "items.jsonl") for p in made)

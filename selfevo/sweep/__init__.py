@@ -51,7 +51,9 @@ def slurm_parameters(pairs: list[str]) -> dict:
 def status(job: spec.Job) -> str:
     if job.evaluated() and job.trained():
         return "done"
-    return "to evaluate" if job.trained() else "to resume" if (job.dir / "config.yaml").exists() else "to run"
+    carried = " (its carried-over evaluation is replaced)" if table.carried_over(job.eval_dir) else ""
+    return ("to evaluate" if job.trained() else "to resume" if (job.dir / "config.yaml").exists() else
+            "to run") + carried
 
 
 def main(argv: list[str]) -> int:

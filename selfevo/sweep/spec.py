@@ -77,6 +77,8 @@ class RowCfg:
     setup: str | None = opt(None, "this row's inference setup (null: eval.setup)", choices=_setup_names)
     eval_set: list[str] = opt([], "more selfevo eval keys for this row (setup options such as n_agents=3)")
     seeds: list[int] | None = opt(None, "this row's seeds (null: the sweep's)")
+    baseline: str | None = opt(None, "the row this one is paired against (null: the sweep's baseline), e.g. a base "
+                                     "evaluated under this row's own eval_set keys")
     curve: list[str] = opt([], "metrics.jsonl keys plotted per step in curves.png (dotted: reward.agent0)")
     about: str = opt("", "what the row tests, one line")
 
@@ -119,8 +121,11 @@ class Job:
                 and json.loads(state).get("step") == self.max_steps - 1)
 
     def evaluated(self) -> bool:
-        """selfevo eval writes summary.json last."""
-        return (self.eval_dir / "summary.json").exists()
+        """selfevo eval writes summary.json last; a carried-over evaluation (numbers recorded elsewhere, kept for
+        the table) is not this sweep's own, so running the sweep evaluates the row again and replaces it."""
+        from .table import carried_over
+
+        return (self.eval_dir / "summary.json").exists() and not carried_over(self.eval_dir)
 
     def commands(self, python: str = sys.executable) -> list[list[str]]:
         """What is left to do: the training (with resume=true where a checkpoint is there), then the evaluation."""
@@ -166,6 +171,10 @@ def load_sweep(path: str | Path) -> tuple[DictConfig, dict[str, DictConfig]]:
         rows[str(name)] = load_section(RowCfg, row, f"{path}, row '{name}'")
     if cfg.baseline is not None and cfg.baseline not in rows:
         raise ConfigError(f"baseline '{cfg.baseline}' is not a row of {path}{hint(cfg.baseline, rows)}")
+    for name, row in rows.items():
+        if row.baseline is not None and row.baseline not in rows:
+            raise ConfigError(f"row '{name}' in {path}: baseline '{row.baseline}' is not a row"
+                              f"{hint(row.baseline, rows)}")
     if cfg.output_dir is None:
         cfg.output_dir = str(Path("runs") / "sweeps" / path.stem)
     return cfg, rows

@@ -5,13 +5,18 @@ Every ``OUT/<row>/seed<k>/eval/`` that ``selfevo eval`` finished (its summary.js
 verdicts (items.jsonl, in the benchmark's order) and answers; the run directory beside it gives the training time
 (the sum of metrics.jsonl's ``step_s``), the steps, the curves and the command (run.json's first launch). The
 statistics are :func:`selfevo.stats.row_summary`'s: the seed-averaged accuracy (Wilson 95%), the paired difference
-of the seed-averaged items against the baseline row's (normal 95%), each seed's own change and the t interval of
-those changes over seeds.
+of the seed-averaged items against the baseline row's (normal 95%; a row's own ``baseline`` where it names one), each
+seed's own change and the t interval of those changes over seeds.
+
+A carried-over evaluation (summary.json's record has ``carried_over``: numbers recorded elsewhere, converted into
+this layout; docs/sweeps.md) holds the per-item verdicts without the answers: its answer length, answers' SHA-256,
+steps, training seconds and command come from that record, where no run directory beside it says otherwise.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +40,20 @@ def read_eval(eval_dir: Path) -> dict[str, Any]:
     record = json.loads((eval_dir / "summary.json").read_text())[0]
     lines = (eval_dir / f"{record['benchmark']}-{record['setup']}" / "items.jsonl").read_text().splitlines()
     items = [json.loads(x) for x in lines if x.strip()]
+    found = {"record": record, "ids": [it["id"] for it in items], "items": [float(it["correct"]) for it in items]}
+    if "carried_over" in record:  # verdicts only: the rest as recorded
+        carried = record["carried_over"]
+        return {**found, **{k: carried.get(k) for k in ("answer_chars", "answers_sha256")},
+                **{k: carried[k] for k in ("steps", "train_s", "command") if k in carried}}
     answers = [it["final_response"] or "" for it in items]
-    return {"record": record, "ids": [it["id"] for it in items], "items": [float(it["correct"]) for it in items],
-            "answer_chars": round(sum(map(len, answers)) / len(answers), 1) if answers else None,
+    return {**found, "answer_chars": round(sum(map(len, answers)) / len(answers), 1) if answers else None,
             "answers_sha256": hashlib.sha256("\n\x00".join(answers).encode()).hexdigest()}
+
+
+def carried_over(eval_dir: Path) -> bool:
+    """True where the evaluation in ``eval_dir`` is a carried-over one (summary.json's ``carried_over``)."""
+    path = eval_dir / "summary.json"
+    return path.exists() and any("carried_over" in r for r in json.loads(path.read_text()))
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
@@ -72,13 +87,16 @@ def collect(cfg: DictConfig, rows: dict[str, DictConfig]) -> dict[str, Any]:
                 raise ConfigError(f"{out / name / ('seed' + s) / 'eval'} holds other items than the rest of the "
                                   f"sweep ({len(p['ids'])} against {len(ids)}): another limit or split?")
     base = cfg.baseline if cfg.baseline in seeds else None
-    base_items = item_mean([p["items"] for p in seeds[base].values()]) if base else None
+    base_items = {name: item_mean([p["items"] for p in per.values()]) for name, per in seeds.items()}
     table_rows = {}
     for name, per in seeds.items():
-        stats = row_summary({s: p["items"] for s, p in per.items()}, None if name == base else base_items)
         row = rows[name]
+        against = (row.get("baseline") or base) if (row.get("baseline") or base) in seeds else None
+        stats = row_summary({s: p["items"] for s, p in per.items()},
+                            None if name == against or against is None else base_items[against])
         table_rows[name] = {
             "about": row.about, "recipe": row.recipe, "setup": per[next(iter(per))]["record"]["setup"],
+            "baseline": None if name == against else against,
             **{k: stats[k] for k in ("n", "accuracy", "accuracy_ci", "paired", "over_seeds")},
             "seeds": [int(s) for s in per], "answer_chars": _mean([p["answer_chars"] for p in per.values()]),
             "train_s": _mean([p.get("train_s") for p in per.values()]),
@@ -114,6 +132,8 @@ def markdown(table: dict[str, Any]) -> str:
         spread = r["over_seeds"] if r["over_seeds"] and r["over_seeds"]["k"] > 1 else None
         moved = f"+{paired['improved']}/−{paired['worsened']}" if paired else "–"
         vs = "baseline" if name == table["baseline"] else _signed(paired)
+        if r.get("baseline") not in (None, table["baseline"]):
+            vs += f" vs {r['baseline']}"
         seconds = r["train_s"] if r["train_s"] is not None else "–"
         lines.append(f"| {name} | {r['setup']} | {len(r['seeds'])} | {r['accuracy']:.3f} {_ci(r['accuracy_ci'])} | "
                      f"{vs} | {moved} | {per} | {_signed(spread, 'mean')} | {r['answer_chars']} | {seconds} |")
@@ -182,12 +202,21 @@ def plot(bands: dict[str, dict[str, list]], path: Path) -> bool:
     return True
 
 
+_SCALARS = re.compile(r"\[\n\s*([^\[\]{}]*?)\n\s*\]")
+
+
+def dumps(table: dict[str, Any]) -> str:
+    """table.json's text: indented, but every list of plain values (item ids, verdicts) on one line."""
+    return _SCALARS.sub(lambda m: "[" + " ".join(x.strip() for x in m.group(1).splitlines()) + "]",
+                        json.dumps(table, indent=1)) + "\n"
+
+
 def write(cfg: DictConfig, rows: dict[str, DictConfig]) -> str:
     """Rebuild table.json, table.md and curves.png in the sweep's output_dir; returns table.md's text."""
     out = Path(cfg.output_dir)
     table = collect(cfg, rows)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "table.json").write_text(json.dumps(table, indent=1) + "\n")
+    (out / "table.json").write_text(dumps(table))
     md = markdown(table)
     (out / "table.md").write_text(md)
     png = out / "curves.png"
