@@ -48,7 +48,10 @@ def test_one_comas_step_is_pinned(tmp_path):
                    "agents=3",
                    "engine.name=golden", "trainer.max_steps=1", "trainer.tasks_per_step=3", "trainer.lr=1e-2",
                    "trainer.micro_batch=4", "protocol.rounds=2", "protocol.score_prefix=<score>",
-                   "data.n_math=4", "data.n_code=2", "data.n_science=2", "seed=2", f"output_dir={run}"])
+                   "data.n_math=4", "data.n_code=2", "data.n_science=2", "seed=2", f"output_dir={run}",
+                   # the cpu preset as it was when this step was pinned: the CoMAS mix, T = 1, 128 tokens, no eval
+                   "data.tasks=[]", "sampling.temperature=1.0", "sampling.max_new_tokens=128",
+                   "eval.at_start=false", "eval.every=0"])
     assert rc == 0
     got = _record(run)
     if os.environ.get("SELFEVO_UPDATE_GOLDEN"):
