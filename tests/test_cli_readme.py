@@ -226,6 +226,8 @@ def adapt_other(argv: list[str], work: Path) -> list[str]:
     ``report``: the run and eval folders of earlier README lines (and the page) under the temporary folder."""
     if argv[:1] == ["prepare"]:
         return ["prepare"] + [tiny(a) for a in argv[1:]]
+    if argv[:1] == ["sweep"]:  # planned and checked, nothing trained (tests/test_sweep.py runs sweeps for real)
+        return argv if "--dry-run" in argv else argv + ["--dry-run"]
     if argv[:1] == ["report"]:
         return ["report"] + [a if a.startswith("-") else local(a, work) for a in argv[1:]]
     if argv[:1] != ["verify"]:

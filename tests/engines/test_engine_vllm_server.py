@@ -328,7 +328,7 @@ def _comas(out, fake, *extra):
     return cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "agents=2",
                      "trainer.tasks_per_step=2", "sampling.max_new_tokens=6", "data.n_math=8", "data.n_code=2",
                      "data.n_science=2", "engine.name=vllm_server", f"engine.url={fake.url}", f"output_dir={out}",
-                     *extra])
+                     "data.tasks=[]", "eval.at_start=false", "eval.every=0", *extra])
 
 
 def _tree_digest(folder: Path) -> dict[str, str]:
@@ -364,7 +364,8 @@ def test_real_server_runs_a_comas_step_and_is_stopped(tmp_path, capsys):
     out = tmp_path / "run"
     t0 = time.time()
     rc = cli.main(["run", "comas", "engine.name=vllm_server", "model.dtype=float32", "trainer.max_steps=1",
-                   "trainer.tasks_per_step=2", "sampling.max_new_tokens=16", f"output_dir={out}"])
+                   "trainer.tasks_per_step=2", "sampling.max_new_tokens=16", f"output_dir={out}", "data.tasks=[]",
+                   "eval.at_start=false", "eval.every=0"])
     wall = time.time() - t0
     assert rc == 0
     rows = json.loads((out / "engine" / "servers.json").read_text())

@@ -105,7 +105,7 @@ def real_dirs(tmp_path_factory):
     run, evaluation = tmp_path_factory.mktemp("run") / "comas", tmp_path_factory.mktemp("eval") / "eval"
     assert cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "agents=2",
                      "trainer.max_steps=2", "trainer.tasks_per_step=2", "sampling.max_new_tokens=6", "data.n_math=4",
-                     "data.n_code=2", "data.n_science=2", f"output_dir={run}"]) == 0
+                     "data.n_code=2", "data.n_science=2", f"output_dir={run}", "data.tasks=[]", "eval.at_start=false", "eval.every=0"]) == 0
     assert cli.main(["eval", "benchmark=gsm8k", "setup=vanilla", "model.backbones=tiny-random", "limit=2",
                      "sampling.max_new_tokens=4", f"output_dir={evaluation}", f"data_root={DATA}"]) == 0
     return run, evaluation
