@@ -282,7 +282,7 @@ def dtype_reason(dtype: str, device: str = "cpu") -> str:
         return f"{device} {'computes' if dtype == 'bfloat16' else 'has no native'} bf16"
     if dtype == "bfloat16":
         return "this CPU has native bf16 matmuls (AVX512-BF16 or AMX)"
-    return "no native bf16 matmuls on this CPU (no AVX512-BF16 or AMX): bf16 would run several times slower"
+    return "this CPU has no native bf16 matmuls, no AVX512-BF16 or AMX: bf16 would run several times slower"
 
 
 @functools.cache

@@ -290,3 +290,25 @@ def test_step_timing_carries_the_shapes_where_they_are_counted():
     train = {"a0": {"tokens": 7}, "a1": {"tokens": 5}}
     assert update_timing(2.0, train) == update_timing(2.0, train, Shapes()) == {"update_s": 2.0, "update_tokens": 12}
     assert update_timing(2.0, train, shapes)["update_shapes"] == {"decode": [[2, 128, 1, 100]]}
+
+
+@pytest.mark.slow
+def test_main_job_preset_evaluates_before_and_after_and_ends_with_a_summary(tmp_path, capsys):
+    """`selfevo run comas` (preset cpu) on tiny-random: held-out accuracy before step 0 (fresh adapters are one
+    model: evaluated once, given to every agent) and after the last step; the dtype model.dtype=auto resolved to in
+    run.json; the closing summary as the last printed lines."""
+    out = tmp_path / "run"
+    rc = cli.main(["run", "comas", "model.backbones=[tiny-random]", "trainer.max_steps=2",
+                   "sampling.max_new_tokens=4", "eval.limit=2", "eval.max_new_tokens=4", f"output_dir={out}"])
+    assert rc == 0
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    start = lines[0]["eval_start"]
+    assert start["evaluated"] == "agent0" and start["n"] == 2
+    assert set(start["accuracy"]) == {f"agent{i}" for i in range(4)} and len(set(start["accuracy"].values())) == 1
+    assert "eval" not in lines[0] and set(lines[1]["eval"]["accuracy"]) == set(start["accuracy"])
+    (launch,) = json.loads((out / "run.json").read_text())
+    assert launch["dtype"] in ("float32", "bfloat16") and "bf16" in launch["machine"]["cpu"]
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1] == f"  look at it: selfevo report {out}"
+    assert any(line.startswith("selfevo comas: 2 steps done in ") for line in printed[-4:])
+    assert any("held-out accuracy (arith:test, 2 items; mean of 4 agents)" in line for line in printed[-4:])
