@@ -8,8 +8,11 @@ answer 1/0; advantages are normalised within each task's answers (GRPO).
 
 Paper: DeepSeekMath (arXiv 2402.03300) Sec. 4.1, outcome supervision: A_i = (r_i − mean(r)) / std(r) over the G
 answers of one question, the same advantage on every token, the clipped PPO surrogate, KL to the reference as a loss
-term (k3). Here the reference is the backbone (the LoRA adapter disabled); the std is the group's population std
-(TRL's GRPOTrainer: the sample std; :func:`selfevo.optimizers.objectives.task_relative_advantages`).
+term (k3): the recipe's defaults, so ``trainer.kl_coef=0.04`` alone gives Eq. 3's β term (``trainer.kl_in_reward=
+true`` folds β·KL into the reward instead, CoMAS's form). Here the reference is the backbone (the LoRA adapter
+disabled); the std is the group's population std (TRL's GRPOTrainer: the sample std;
+:func:`selfevo.optimizers.objectives.task_relative_advantages`). Loss aggregation: ``trainer.loss_agg`` (default
+``token_mean``, TRL's ``loss_type="dapo"``; Eq. 3 as written: ``seq_mean_token_mean``).
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ class GRPOCfg(RunCfg):
     recipe: str = opt("grpo", "the recipe", choices=("grpo",))
     output_dir: str = opt("runs/grpo", "run directory", nonempty=True)
     agents: int = opt(1, "number of agents (each answers every task; one adapter each)", ge=1)
-    trainer: TrainerCfg = opt(TrainerCfg(optimizer="grpo", prompt_reuse=4), "schedule, optimizer, update")
+    trainer: TrainerCfg = opt(TrainerCfg(optimizer="grpo", prompt_reuse=4, kl_in_reward=False, kl_estimator="k3"),
+                              "schedule, optimizer, update (KL: DeepSeekMath's k3 loss term)")
     reward: GRPORewardCfg = opt(GRPORewardCfg, "what scores an answer")
     data: DataCfg = opt(DataCfg(tasks=["gsm8k:train"], limit=500), "training tasks")
 

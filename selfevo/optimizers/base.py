@@ -3,7 +3,7 @@
 An optimizer is a callable ``optimizer(store, agent, samples) -> stats`` built by its registered factory from the
 run's trainer section (:class:`~selfevo.loop.TrainerCfg`, e.g. ``OPTIMIZERS.get("reinforce_pp")(cfg.trainer)``; a
 test builds one as ``TrainerCfg(kl_coef=0.1)``), of which it reads ``kl_coef``, ``kl_estimator``,
-``kl_in_reward``, ``clip_eps``, ``train_batch`` and ``epochs``. It turns rewards into advantages (pure functions in
+``kl_in_reward``, ``clip_eps``, ``loss_agg``, ``train_batch`` and ``epochs``. It turns rewards into advantages (pure functions in
 :mod:`selfevo.optimizers.objectives`) and runs ``PolicyStore.step``; learning rate, micro-batch size and gradient
 clipping belong to the store (``PolicyStore(lr=, micro_batch=, max_grad_norm=)``), not to the optimizer.
 
@@ -21,7 +21,8 @@ import torch
 
 from selfevo import distributed
 from selfevo.interaction.episodes import Episode, Turn, rewarded_turns
-from selfevo.optimizers.objectives import count_tokens, kl_loss, masked_mean, ppo_clip_loss, token_mean
+from selfevo.optimizers.objectives import (aggregate_loss, count_tokens, kl_estimate, masked_mean, ppo_clip_loss,
+                                           step_normaliser)
 from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import PolicyStore, SeqBatch
 from selfevo.registry import Registry
@@ -130,31 +131,60 @@ def reference_logprobs(store: PolicyStore, agent: str, batch: SeqBatch, cfg: Tra
 def policy_step(store: PolicyStore, agent: str, batch: SeqBatch, advantages: torch.Tensor, cfg: TrainerCfg,
                 ref_logp: torch.Tensor | None = None) -> dict:
     """Clipped-surrogate updates of ``agent`` (CoMAS Eq. 11) over ``batch``: ``cfg.epochs`` passes of optimizer
-    steps of ``cfg.train_batch`` rows (shuffled per pass, seeded by the agent and its adapter version), each a token
-    mean over its own rows. The old log-probs are the rollout policy's, scored once before the first step (when
-    there is a single step over all rows they equal the current ones: ratio 1, no extra pass). ``advantages``
-    [B, T] (0 off the mask); with ``ref_logp`` and ``kl_in_reward=False`` a KL loss term is added, and the stats'
-    ``kl`` is its token mean (the estimator's, from each optimizer step's own forward, averaged over the steps).
+    steps of ``cfg.train_batch`` rows (shuffled per pass, seeded by the agent and its adapter version), each
+    aggregated over its own rows by ``cfg.loss_agg``. ``advantages`` [B, T] (0 off the mask); with ``ref_logp`` and
+    ``kl_in_reward=False`` a KL loss term is added, and the stats' ``kl`` is its token mean (the estimator's, from
+    each optimizer step's own forward, averaged over the steps).
+
+    The old log-probs: the first optimizer step runs on the rollout policy itself, so its old log-probs are its own
+    forward's, detached (ratio exactly 1, under the same LoRA dropout mask as the gradient: :func:`first_step_rows`);
+    the rows of later steps are scored once before the first step (no dropout, as the engine samples). One step over
+    all rows needs no scoring at all.
     """
     extras = {"adv": advantages}
     if ref_logp is not None and not cfg.kl_in_reward:
         extras["ref"] = ref_logp
-    if not on_policy(cfg):
-        extras["old"] = score(store, agent, batch)
-    batch = batch.with_extras(**extras)
     rows = batch.input_ids.shape[0]
+    steps_rows = step_rows(rows, cfg, torch.Generator().manual_seed(hash_seed(agent, store.versions[agent])))
+    later = sorted({i for step in steps_rows[1:] for i in step})
+    if later:
+        extras["old"] = old_logprobs(store, agent, batch, later)
+    batch = batch.with_extras(**extras)
+    steps = [_clipped_step(store, agent, first_step_rows(batch.rows(steps_rows[0])), cfg)]
+    steps += [_clipped_step(store, agent, batch.rows(r), cfg) for r in steps_rows[1:]]
+    return _merge_steps(steps)
+
+
+def step_rows(rows: int, cfg: TrainerCfg, gen: torch.Generator) -> list[list[int]]:
+    """Row indices of every optimizer step of :func:`policy_step`: ``cfg.epochs`` passes, each over the rows in a
+    random order (``gen``; in order when one step takes them all) cut into steps of ``cfg.train_batch`` rows."""
     size = cfg.train_batch or rows
-    gen = torch.Generator().manual_seed(hash_seed(agent, store.versions[agent]))
-    steps = []
+    out = []
     for _ in range(cfg.epochs):
         order = list(range(rows)) if on_policy(cfg) else torch.randperm(rows, generator=gen).tolist()
-        for start in range(0, rows, size):
-            steps.append(_clipped_step(store, agent, batch.rows(order[start:start + size]), cfg))
-    return _merge_steps(steps)
+        out += [order[start:start + size] for start in range(0, rows, size)]
+    return out
+
+
+def old_logprobs(store: PolicyStore, agent: str, batch: SeqBatch, rows: Sequence[int]) -> torch.Tensor:
+    """[B, T] log-probs of the rollout policy for ``rows`` of ``batch`` (scored now, before any step), 0 elsewhere."""
+    out = torch.zeros(batch.input_ids.shape)
+    scored = score(store, agent, batch.rows(rows))
+    out[torch.as_tensor(list(rows)), :scored.shape[1]] = scored
+    return out
+
+
+def first_step_rows(batch: SeqBatch) -> SeqBatch:
+    """The first optimizer step's rows without old log-probs: the policy has not moved since the rollout, so the
+    loss takes its own forward's log-probs, detached, as the old ones (ratio exactly 1). Scored apart, without
+    dropout, they would differ from the forward's under LoRA dropout by the dropped inputs alone, and the clip
+    would cut gradients of a policy that has not changed."""
+    return batch.without_extras("old")
 
 
 def _clipped_step(store: PolicyStore, agent: str, batch: SeqBatch, cfg: TrainerCfg) -> dict:
     n = count_tokens([batch.loss_mask])  # the whole step's tokens (every rank holds the whole batch)
+    norm = step_normaliser([batch.loss_mask], cfg.loss_agg)  # the step's tokens or non-empty rows, by loss_agg
     # this rank's clipped tokens, Σ (old - new) log-prob, Σ KL-to-reference term (when it is a loss term)
     sums = torch.zeros(3, dtype=torch.float64)
 
@@ -164,11 +194,11 @@ def _clipped_step(store: PolicyStore, agent: str, batch: SeqBatch, cfg: TrainerC
         tokens = float(mb.loss_mask.sum())
         sums[0] += float(clip_frac) * tokens
         sums[1] += float(masked_mean(old - logp.detach(), mb.loss_mask)) * tokens
-        total = token_mean(loss, mb.loss_mask, n)
+        total = aggregate_loss(loss, mb.loss_mask, cfg.loss_agg, norm)
         if "ref" in mb.extras:
-            kl = kl_loss(logp, mb.extras["ref"], mb.loss_mask, cfg.kl_estimator, normaliser=n)
-            sums[2] += float(kl.detach()) * n  # token_mean over the step: Σ kl_t of this micro-batch
-            total = total + cfg.kl_coef * kl
+            kl = kl_estimate(logp, mb.extras["ref"], cfg.kl_estimator)
+            sums[2] += float((kl.detach() * mb.loss_mask).sum())  # Σ kl_t of this micro-batch (a token mean below)
+            total = total + cfg.kl_coef * aggregate_loss(kl, mb.loss_mask, cfg.loss_agg, norm)
         return total
 
     live = gradient_rows(batch)

@@ -30,7 +30,8 @@ __all__ = [
     "kl_k1", "kl_k2", "kl_k3", "kl_estimate",
     "masked_mean", "masked_whiten", "group_whiten",
     "kl_penalised_returns", "reinforce_pp_advantages", "task_relative_advantages",
-    "ppo_clip_loss", "token_mean", "seq_mean_token_mean", "aggregate_loss", "count_tokens", "count_sequences",
+    "ppo_clip_loss", "LOSS_AGG", "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "aggregate_loss",
+    "count_tokens", "count_sequences", "step_normaliser",
     "kl_loss", "entropy_from_logits",
     "length_normalised_logprob", "slate_advantages", "listmle_loss", "choice_loss", "clpo_loss",
 ]
@@ -228,14 +229,25 @@ def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tens
 # 4. Loss aggregation
 # --------------------------------------------------------------------------------------------------------------
 
+LOSS_AGG = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")  # the modes of :func:`aggregate_loss`
+
+
 def count_tokens(masks: Sequence[Tensor]) -> float:
     """Total masked tokens over the micro-batches of one optimizer step: the global ``normaliser`` for token_mean."""
     return float(sum(m.float().sum().item() for m in masks))
 
 
 def count_sequences(masks: Sequence[Tensor]) -> float:
-    """Non-empty sequences over the micro-batches of one step: the global ``num_seqs`` for seq_mean_token_mean."""
+    """Non-empty sequences over the micro-batches of one step: the global ``num_seqs`` of the sequence modes."""
     return float(sum((m.float().sum(-1) > 0).sum().item() for m in masks))
+
+
+def step_normaliser(masks: Sequence[Tensor], mode: str) -> float:
+    """The global normaliser of one optimizer step for :func:`aggregate_loss`'s ``mode``: its masked tokens for
+    ``token_mean``, its non-empty sequences for the sequence modes."""
+    if mode not in LOSS_AGG:
+        raise ValueError(f"unknown loss aggregation mode {mode!r}; expected one of {', '.join(LOSS_AGG)}")
+    return count_tokens(masks) if mode == "token_mean" else count_sequences(masks)
 
 
 def token_mean(loss: Tensor, mask: Tensor, normaliser: float | Tensor | None = None) -> Tensor:
@@ -253,35 +265,58 @@ def token_mean(loss: Tensor, mask: Tensor, normaliser: float | Tensor | None = N
     return (loss * m).sum() / normaliser
 
 
+def _sequence_mean(per_seq: Tensor, m: Tensor, num_seqs: float | Tensor | None) -> Tensor:
+    """``sum(per_seq) / max(num_seqs, 1)``; num_seqs defaults to the rows of ``m`` with a masked token."""
+    if num_seqs is None:
+        num_seqs = (m.sum(-1) > 0).sum()
+    num_seqs = torch.as_tensor(num_seqs, dtype=per_seq.dtype, device=per_seq.device).clamp(min=1)
+    return per_seq.sum() / num_seqs
+
+
 def seq_mean_token_mean(loss: Tensor, mask: Tensor, num_seqs: float | Tensor | None = None) -> Tensor:
-    """Mean over sequences of each sequence's token mean (verl ``seq-mean-token-mean``).
+    """Mean over sequences of each sequence's token mean: DeepSeekMath Eq. 3's ``1/G Σ_i 1/|o_i| Σ_t`` (verl
+    ``seq-mean-token-mean``, TRL ``loss_type="grpo"``).
 
     Sequences with no masked token are skipped. ``num_seqs`` plays the role of token_mean's global normaliser:
     pass the step's count of non-empty sequences (:func:`count_sequences`) and sum the micro-batch losses.
     """
     m = mask.to(loss.dtype)
-    per_seq = (loss * m).sum(-1) / m.sum(-1).clamp(min=1)
-    if num_seqs is None:
-        num_seqs = (m.sum(-1) > 0).sum()
-    num_seqs = torch.as_tensor(num_seqs, dtype=loss.dtype, device=loss.device).clamp(min=1)
-    return per_seq.sum() / num_seqs
+    return _sequence_mean((loss * m).sum(-1) / m.sum(-1).clamp(min=1), m, num_seqs)
 
 
-def aggregate_loss(loss: Tensor, mask: Tensor, mode: str = "token-mean",
+def seq_mean_token_sum(loss: Tensor, mask: Tensor, num_seqs: float | Tensor | None = None) -> Tensor:
+    """Mean over sequences of each sequence's token *sum* (verl ``seq-mean-token-sum``): a sequence's weight grows
+    with its length. ``num_seqs`` as in :func:`seq_mean_token_mean`."""
+    m = mask.to(loss.dtype)
+    return _sequence_mean((loss * m).sum(-1), m, num_seqs)
+
+
+def aggregate_loss(loss: Tensor, mask: Tensor, mode: str = "token_mean",
                    normaliser: float | Tensor | None = None) -> Tensor:
-    """Dispatch on ``mode``: ``"token-mean"`` (:func:`token_mean`) or ``"seq-mean-token-mean"``."""
-    if mode == "token-mean":
+    """Per-token ``loss`` [B, T] to one number, by ``mode`` (:data:`LOSS_AGG`; ``trainer.loss_agg``):
+
+    * ``token_mean``: ``Σ_i Σ_t l_it / Σ_i |o_i|`` — every token weighs the same (DAPO, Dr. GRPO; OpenRLHF and verl's
+      default, TRL ``loss_type="dapo"``);
+    * ``seq_mean_token_mean``: ``1/G Σ_i 1/|o_i| Σ_t l_it`` — every sequence weighs the same (DeepSeekMath Eq. 3);
+    * ``seq_mean_token_sum``: ``1/G Σ_i Σ_t l_it``.
+
+    ``normaliser``: the step's token count (token_mean) or non-empty sequence count (the others), from
+    :func:`step_normaliser`, so that micro-batch losses add up to the step's; None: this batch's own.
+    """
+    if mode == "token_mean":
         return token_mean(loss, mask, normaliser)
-    if mode == "seq-mean-token-mean":
+    if mode == "seq_mean_token_mean":
         return seq_mean_token_mean(loss, mask, normaliser)
-    raise ValueError(f"unknown loss aggregation mode {mode!r}")
+    if mode == "seq_mean_token_sum":
+        return seq_mean_token_sum(loss, mask, normaliser)
+    raise ValueError(f"unknown loss aggregation mode {mode!r}; expected one of {', '.join(LOSS_AGG)}")
 
 
 # --------------------------------------------------------------------------------------------------------------
 # 5. KL loss term, entropy
 # --------------------------------------------------------------------------------------------------------------
 
-def kl_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3", mode: str = "token-mean",
+def kl_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3", mode: str = "token_mean",
             normaliser: float | Tensor | None = None, clamp: float | None = None) -> Tensor:
     """KL to the reference as a loss term (GRPO / REINFORCE++-baseline style, CLPO's ``L_KL`` in MAESTRO Eq. 8).
 

@@ -14,6 +14,12 @@ def _optimizers() -> list[str]:
     return OPTIMIZERS.names()
 
 
+def _loss_agg() -> tuple[str, ...]:
+    from selfevo.optimizers.objectives import LOSS_AGG  # loads torch: only when a config is checked or described
+
+    return LOSS_AGG
+
+
 @dataclass
 class TrainerCfg:
     max_steps: int = opt(20, "steps of the run (one step: roll out, reward, update, log, checkpoint)", ge=1)
@@ -65,4 +71,10 @@ class TrainerCfg:
                                     "SFT reference)", choices=("base", "initial"))
     kl_in_reward: bool = opt(True, "fold the KL into the return (CoMAS Eq. 9) instead of a loss term")
     clip_eps: float = opt(0.2, "PPO clip range ε", gt=0, lt=1)
+    loss_agg: str = opt("token_mean", "how the clipped-surrogate optimizers (reinforce_pp, task_relative, grpo) "
+                                      "average per-token losses (KL loss term included) over an optimizer step: "
+                                      "token_mean (every token alike: OpenRLHF, verl, TRL's loss_type=dapo), "
+                                      "seq_mean_token_mean (each answer's token mean, then the mean over answers: "
+                                      "DeepSeekMath Eq. 3, TRL's loss_type=grpo), seq_mean_token_sum (each answer's "
+                                      "token sum, then the mean over answers)", choices=_loss_agg)
     save_adapters_every: int = opt(0, "also export PEFT adapters every k steps (0: only at the end)", ge=0)

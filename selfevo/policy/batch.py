@@ -26,6 +26,10 @@ class SeqBatch:
     def with_extras(self, **tensors: torch.Tensor) -> "SeqBatch":
         return SeqBatch(self.input_ids, self.attention_mask, self.loss_mask, {**self.extras, **tensors}, self.groups)
 
+    def without_extras(self, *names: str) -> "SeqBatch":
+        return SeqBatch(self.input_ids, self.attention_mask, self.loss_mask,
+                        {k: v for k, v in self.extras.items() if k not in names}, self.groups)
+
     def with_groups(self, groups: Sequence) -> "SeqBatch":
         if len(groups) != self.input_ids.shape[0]:
             raise ValueError(f"{len(groups)} group keys for {self.input_ids.shape[0]} rows")

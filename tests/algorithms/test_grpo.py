@@ -88,3 +88,37 @@ def test_cpu_learn_preset():
     assert (t.optimizer, t.tasks_per_step, t.prompt_reuse, t.kl_estimator, t.kl_in_reward) == ("grpo", 8, 8, "k3",
                                                                                                   False)
     assert t.kl_coef > 0 and not t.mask_truncated and list(cfg.data.tasks) == ["arith:train"]
+
+
+def test_recipe_defaults_are_deepseekmath_kl_as_a_k3_loss_term():
+    """``selfevo run grpo trainer.kl_coef=0.04`` gives DeepSeekMath's β·k3 loss term (issue 58 item 10), not β·k1 folded
+    into the reward; the other recipes keep their own defaults (CoMAS Eq. 9: k1 in the reward)."""
+    from selfevo.algorithms import comas
+
+    t = load_config(grpo.GRPOCfg, "grpo", "cpu", ["trainer.kl_coef=0.04"]).trainer
+    assert (t.kl_coef, t.kl_in_reward, t.kl_estimator, t.loss_agg) == (0.04, False, "k3", "token_mean")
+    t = load_config(grpo.GRPOCfg, "grpo", None, []).trainer
+    assert (t.kl_in_reward, t.kl_estimator) == (False, "k3")
+    t = load_config(comas.CoMASCfg, "comas", "cpu", ["trainer.kl_coef=0.04"]).trainer
+    assert (t.kl_in_reward, t.kl_estimator) == (True, "k1")
+
+
+def test_paper_presets_that_name_grpo_aggregate_as_eq_3():
+    """MAESTRO's paper preset (Table 1's w/ GRPO baseline, footnote 1's executors) averages each answer's token mean
+    (DeepSeekMath Eq. 3); the presets of recipes whose released code is verl or OpenRLHF keep token_mean."""
+    from selfevo.algorithms import azr, comas, mae, maestro, sage
+
+    assert load_config(maestro.MaestroCfg, "maestro", "paper", []).trainer.loss_agg == "seq_mean_token_mean"
+    for module, cls, recipe in ((azr, "AZRCfg", "azr"), (comas, "CoMASCfg", "comas"), (mae, "MAECfg", "mae"),
+                                (sage, "SageCfg", "sage")):
+        assert load_config(getattr(module, cls), recipe, "paper", []).trainer.loss_agg == "token_mean"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.loss_agg=seq-mean-token-mean", "trainer.loss_agg must be one of token_mean, seq_mean_token_mean"),
+])
+def test_trainer_scoring_keys_are_checked(override, message):
+    from selfevo.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(grpo.GRPOCfg, "grpo", "cpu", [override])

@@ -270,14 +270,67 @@ def test_seq_mean_token_mean_by_hand():
     mask = T([[1, 1, 0], [1, 0, 0], [0, 0, 0]])
     # sequence means 1.5 and 4; the empty third sequence is skipped -> (1.5 + 4)/2 = 2.75
     assert close(O.seq_mean_token_mean(loss, mask), 2.75)
-    assert close(O.aggregate_loss(loss, mask, "seq-mean-token-mean"), 2.75)
-    assert close(O.aggregate_loss(loss, mask, "token-mean"), 7 / 3)
+    assert close(O.aggregate_loss(loss, mask, "seq_mean_token_mean"), 2.75)
+    assert close(O.aggregate_loss(loss, mask, "token_mean"), 7 / 3)
+    # token sums 3 and 4 over the 2 non-empty sequences: 3.5
+    assert close(O.seq_mean_token_sum(loss, mask), 3.5)
+    assert close(O.aggregate_loss(loss, mask, "seq_mean_token_sum"), 3.5)
     # micro-batches [row 0] and [rows 1,2] with the global sequence count 2: 1.5/2 + 4/2 = 2.75
     n = O.count_sequences([mask[:1], mask[1:]])
     assert n == 2
     assert close(O.seq_mean_token_mean(loss[:1], mask[:1], n) + O.seq_mean_token_mean(loss[1:], mask[1:], n), 2.75)
     with pytest.raises(ValueError):
         O.aggregate_loss(loss, mask, "nope")
+
+
+def _weights(mode: str, lengths=(10, 100), advantages=(1.0, -1.0)) -> list[float]:
+    """d(aggregated PPO loss)/d logp_t of the first token of each row, on-policy (ratio 1: d loss_t/d logp_t = -A)."""
+    mask = torch.zeros(len(lengths), max(lengths))
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    logp = torch.full(mask.shape, -1.0, requires_grad=True)
+    loss, _ = O.ppo_clip_loss(logp, logp.detach(), T(advantages), mask)
+    O.aggregate_loss(loss, mask, mode, O.step_normaliser([mask], mode)).backward()
+    return [float(-logp.grad[i, 0] / a) for i, a in enumerate(advantages)]
+
+
+def test_loss_aggregation_weights_by_hand():
+    # two answers of 10 and 100 tokens, advantages +1 / -1. DeepSeekMath Eq. 3 (seq_mean_token_mean): each token
+    # weighs 1/G * 1/|o_i| = 1/2 * 1/10 = 0.05 and 1/2 * 1/100 = 0.005; token_mean: 1/(10 + 100) = 1/110 for both;
+    # seq_mean_token_sum: 1/G = 0.5 for both
+    assert _weights("seq_mean_token_mean") == pytest.approx([0.05, 0.005], rel=1e-6)
+    assert _weights("token_mean") == pytest.approx([1 / 110, 1 / 110], rel=1e-6)
+    assert _weights("seq_mean_token_sum") == pytest.approx([0.5, 0.5], rel=1e-6)
+    # the loss values: -A per token; (-1*10 + 1*100)/110, (-1 + 1)/2 = 0, (-10 + 100)/2 = 45
+    mask = torch.zeros(2, 100)
+    mask[0, :10], mask[1] = 1, 1
+    loss = T([-1.0, 1.0])[:, None].expand(2, 100)
+    assert close(O.aggregate_loss(loss, mask, "token_mean"), 90 / 110)
+    assert close(O.aggregate_loss(loss, mask, "seq_mean_token_mean"), 0.0)
+    assert close(O.aggregate_loss(loss, mask, "seq_mean_token_sum"), 45.0)
+
+
+def test_loss_aggregation_degenerate_cases():
+    loss = T([[2.0, 4.0], [6.0, 8.0]])
+    empty = torch.zeros(2, 2)
+    for mode in O.LOSS_AGG:  # nothing masked in: 0 (not NaN), graph kept
+        x = loss.clone().requires_grad_(True)
+        out = O.aggregate_loss(x, empty, mode, O.step_normaliser([empty], mode))
+        assert float(out.detach()) == 0.0 and out.requires_grad
+    one = T([[1, 1], [0, 0]])  # one sequence: the sequence modes are its token mean (3) and token sum (6)
+    assert close(O.aggregate_loss(loss, one, "seq_mean_token_mean"), 3.0)
+    assert close(O.aggregate_loss(loss, one, "seq_mean_token_sum"), 6.0)
+    assert close(O.aggregate_loss(loss, one, "token_mean"), 3.0)
+    # step normalisers: 3 tokens, 2 non-empty sequences over two micro-batches
+    masks = [T([[1, 1]]), T([[1, 0], [0, 0]])]
+    assert O.step_normaliser(masks, "token_mean") == 3.0
+    assert O.step_normaliser(masks, "seq_mean_token_mean") == O.step_normaliser(masks, "seq_mean_token_sum") == 2.0
+    # micro-batch losses with the step's normaliser add up to the whole batch's: token sums (6 + 6) / 2 = 6
+    mask = T([[1, 1], [1, 0]])
+    parts = [O.seq_mean_token_sum(loss[i:i + 1], mask[i:i + 1], 2) for i in range(2)]
+    assert close(sum(parts), O.seq_mean_token_sum(loss, mask)) and close(sum(parts), 6.0)
+    with pytest.raises(ValueError):
+        O.step_normaliser(masks, "seq-mean-token-mean")
 
 
 # ---------------------------------------------------------------- KL loss, entropy

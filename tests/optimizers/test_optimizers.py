@@ -342,3 +342,72 @@ def test_train_agents_updates_each_rewarded_agent_only(store):
     assert set(stats) == {"a0", "a2"}
     assert all(v == round(v, 5) for s in stats.values() for v in s.values() if isinstance(v, float))
     assert delta(before, after, "a0") > 0 and delta(before, after, "a2") > 0 and delta(before, after, "a1") == 0
+
+
+# ---- issue 58: the turn's sampling temperature, loss aggregation, LoRA dropout -----------------------------------
+@pytest.mark.parametrize("mode", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"])
+def test_policy_step_aggregates_by_loss_agg(store, mode):
+    """On-policy (ratio 1) the PPO loss of a token is -A, so the step's loss is trainer.loss_agg's aggregate of -A
+    over the whole batch, micro-batches of one row each included (the step's normaliser)."""
+    from selfevo.optimizers.objectives import aggregate_loss
+
+    reset(store, micro_batch=1)
+    samples = samples_of(store, groups=["x", "x", "y", "y"])
+    captured = CaptureStore()
+    OPTIMIZERS.get("task_relative")(TrainerCfg(loss_agg=mode))(captured, "a", samples)
+    adv = captured.batches[0].extras["adv"]
+    want = float(aggregate_loss(-adv, samples.batch.loss_mask, mode))
+    stats = OPTIMIZERS.get("task_relative")(TrainerCfg(loss_agg=mode))(store, "a0", samples)
+    assert stats["loss"] == pytest.approx(want, rel=1e-5, abs=1e-7)
+    assert len({round(float(a), 4) for a in adv[samples.batch.loss_mask > 0]}) > 1  # the rows differ in advantage
+
+
+def test_loss_agg_changes_the_step_as_the_weights_say(store):
+    """Rows of different lengths: with plain SGD (the update is minus the gradient) seq_mean_token_mean and
+    token_mean move the adapter in different directions; the default is token_mean, the step before the key."""
+    deltas = {}
+    for mode in ("token_mean", "seq_mean_token_mean"):
+        reset(store, max_grad_norm=1e9)
+        store.optimizers["a0"] = torch.optim.SGD(store.adapter_params("a0"), lr=1.0)
+        before = snapshot(store)
+        OPTIMIZERS.get("grpo")(TrainerCfg(loss_agg=mode))(store, "a0", samples_of(store))
+        after = snapshot(store)
+        deltas[mode] = torch.cat([(after[n] - before[n]).flatten() for n in before if "lora_" in n])
+    a, b = deltas["token_mean"], deltas["seq_mean_token_mean"]
+    assert TrainerCfg().loss_agg == "token_mean"
+    assert a.norm() > 0 and b.norm() > 0
+    assert float(torch.nn.functional.cosine_similarity(a, b, dim=0)) < 0.999  # not a rescaling of the same step
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_first_mini_batch_ratio_is_exactly_one_with_lora_dropout(make_store, monkeypatch, epochs):
+    """LoRA dropout 0.3, two optimizer steps of two rows: the first step runs on the rollout policy, and its ratio is
+    exactly 1 on every token (old log-probs from the same forward, the same dropout mask) — scored apart without
+    dropout they differed by the dropped inputs; only the rows of later steps are scored beforehand."""
+    from helpers.adapters import randomize_adapters
+    from selfevo.policy import LoraSettings
+
+    store = make_store(())
+    store.add_agent("a0", "tiny-random", LoraSettings(r=8, alpha=16, dropout=0.3))
+    randomize_adapters(store)  # B != 0: dropout changes the output
+    ratios, scored_rows = [], []
+    real_clip, real_score = base.ppo_clip_loss, base.score
+
+    def clip(logp, old, *a, **k):
+        ratios.append(torch.exp(logp.detach() - old)[a[1] > 0])
+        return real_clip(logp, old, *a, **k)
+
+    def count(store, agent, batch, *a):
+        scored_rows.append((agent, batch.input_ids.shape[0]))
+        return real_score(store, agent, batch, *a)
+
+    monkeypatch.setattr(base, "ppo_clip_loss", clip)
+    monkeypatch.setattr(base, "score", count)
+    torch.manual_seed(0)
+    stats = OPTIMIZERS.get("grpo")(TrainerCfg(train_batch=2, epochs=epochs))(store, "a0", samples_of(store))
+    assert stats["optimizer_steps"] == 2 * epochs
+    assert scored_rows == [("a0", 2 if epochs == 1 else 4)]  # old log-probs only for the rows of later steps
+    first = torch.cat(ratios[:1 if store.micro_batch >= 2 else 2])
+    assert first.numel() > 0 and torch.equal(first, torch.ones_like(first))
+    later = torch.cat(ratios[1:])
+    assert (later - 1).abs().max() > 1e-4  # later steps: the policy moved (and dropout perturbs the forward)
