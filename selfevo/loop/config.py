@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from selfevo.config import ConfigError, EngineCfg, ModelCfg, SamplingCfg, opt
-from selfevo.optimizers.trainer import TrainerCfg
+from selfevo.optimizers.trainer import TrainerCfg, parse_logprob_temperature
 
 
 @dataclass
@@ -59,6 +59,7 @@ class RunCfg:
     @staticmethod
     def check(cfg) -> None:
         """Rules across the common sections (a recipe's own ``check`` calls this first)."""
+        parse_logprob_temperature(cfg.trainer.logprob_temperature)
         if cfg.trainer.kl_reference == "initial" and not cfg.model.init_adapters:
             raise ConfigError("trainer.kl_reference=initial needs model.init_adapters (the adapters to start from "
                               "and keep as the reference)")

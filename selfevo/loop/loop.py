@@ -55,6 +55,7 @@ from selfevo.loop.metrics import turn_metrics
 from selfevo.loop.scalars import ScalarLog
 from selfevo.optimizers import OPTIMIZERS, train_agents
 from selfevo.optimizers.schedule import lr_at
+from selfevo.optimizers.trainer import parse_logprob_temperature
 from selfevo.rewards import assign
 from selfevo.shapes import Shapes
 from selfevo.tasks import format_prompt
@@ -118,7 +119,8 @@ class Loop:
                                         optim_state_dtype=t.optim_state_dtype,
                                         gradient_checkpointing=t.gradient_checkpointing,
                                         shared_prompts=t.shared_prompts, packed_attention=t.packed_attention,
-                                        map_layer_blocks=t.map_layer_blocks)
+                                        map_layer_blocks=t.map_layer_blocks,
+                                        logprob_temperature=parse_logprob_temperature(t.logprob_temperature))
         self.agents = agents or [f"agent{i}" for i in range(cfg.agents)]
         build.add_agents(self.store, self.agents, list(cfg.model.backbones))
         if cfg.model.init_adapters and not cfg.resume:

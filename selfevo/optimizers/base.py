@@ -25,6 +25,7 @@ from selfevo.optimizers.objectives import (aggregate_loss, count_tokens, kl_esti
                                            step_normaliser)
 from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import PolicyStore, SeqBatch
+from selfevo.policy.batch import TEMPERATURE
 from selfevo.registry import Registry
 
 WHITEN_EPS = 1e-8  # ε of every advantage normalisation ``(x - mean) / (std + ε)``
@@ -51,9 +52,13 @@ class Samples:
         ``keep_together`` the keys of rows that must share a micro-batch. ``extras(turn)`` gives per-row values for
         ``batch.extras``: a number (→ a [B] tensor), one value per completion token (→ [B, T], 0 off the
         completion; e.g. a selector's decision and rationale masks) or a tensor (→ [B, ...], zero-padded to the
-        largest; e.g. a selector's candidate decisions, [K, L] token ids)."""
+        largest; e.g. a selector's candidate decisions, [K, L] token ids). Each row's sampling temperature (a role's
+        override included) rides in the extra :data:`~selfevo.policy.batch.TEMPERATURE`: the store scores the row
+        at it (``trainer.logprob_temperature``)."""
         batch = SeqBatch.build([t.completion.prompt_ids for t in turns], [t.completion.token_ids for t in turns],
                                pad_id)
+        batch = batch.with_extras(**{TEMPERATURE: torch.tensor([float(t.completion.request.sampling.temperature)
+                                                                for t in turns])})
         if keep_together is not None:
             batch = batch.with_groups([keep_together(t) for t in turns])
         if extras is not None:

@@ -1,6 +1,8 @@
 """Supervised fine-tuning as an optimizer: the token-mean negative log-likelihood of the rows whose reward is
-positive (e.g. correct selections, verified solutions); rows with reward ≤ 0 are left out of the step. Also the
-``none`` optimizer (no update), for prompt-only baselines."""
+positive (e.g. correct selections, verified solutions); rows with reward ≤ 0 are left out of the step, and rows are
+scored at temperature 1 whatever they were sampled at (maximum likelihood of the model's own distribution, as
+supervised trainers fit it; a tempered likelihood would fit π^(1/T) instead). Also the ``none`` optimizer (no update),
+for prompt-only baselines."""
 from __future__ import annotations
 
 import torch
@@ -9,7 +11,7 @@ from selfevo.optimizers.base import OPTIMIZERS, Optimizer, Samples
 from selfevo.optimizers.objectives import count_tokens, token_mean
 from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import PolicyStore, SeqBatch
-
+from selfevo.policy.batch import TEMPERATURE
 
 
 @OPTIMIZERS.register("sft")
@@ -18,7 +20,7 @@ def sft(cfg: TrainerCfg) -> Optimizer:
         keep = [i for i, r in enumerate(samples.rewards.tolist()) if r > 0]
         if not keep:
             return {"loss": 0.0, "grad_norm": 0.0, "skipped": True, "rows": 0}
-        batch = samples.batch.rows(keep)
+        batch = samples.batch.rows(keep).without_extras(TEMPERATURE)  # scored at 1 (module doc)
         n = count_tokens([batch.loss_mask])
 
         def loss_fn(logp: torch.Tensor, mb: SeqBatch) -> torch.Tensor:

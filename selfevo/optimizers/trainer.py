@@ -3,9 +3,10 @@ Declared beside the optimizers, which take it whole (``OPTIMIZERS.get(name)(cfg.
 :class:`~selfevo.loop.RunCfg` holds it."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from selfevo.config import opt
+from selfevo.config import ConfigError, opt
 
 
 def _optimizers() -> list[str]:
@@ -77,4 +78,24 @@ class TrainerCfg:
                                       "seq_mean_token_mean (each answer's token mean, then the mean over answers: "
                                       "DeepSeekMath Eq. 3, TRL's loss_type=grpo), seq_mean_token_sum (each answer's "
                                       "token sum, then the mean over answers)", choices=_loss_agg)
+    logprob_temperature: str = opt("sampling", "the temperature tokens are scored at (old log-probs, current "
+                                               "policy, KL reference, entropy: logits / T, as verl and TRL do): "
+                                               "sampling = each turn's own sampling temperature (a role's override "
+                                               "included; greedy turns at 1), or a number > 0 for every turn (1: "
+                                               "the model's own distribution); SFT always scores at 1")
     save_adapters_every: int = opt(0, "also export PEFT adapters every k steps (0: only at the end)", ge=0)
+
+
+def parse_logprob_temperature(value) -> float | None:
+    """``trainer.logprob_temperature`` as the policy store takes it: None for ``sampling`` (each row at its own
+    sampling temperature), else the number (> 0); a one-line :class:`ConfigError` for anything else."""
+    text = str(value).strip()
+    if text == "sampling":
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise ConfigError(f"trainer.logprob_temperature must be sampling or a number > 0, got {value!r}")
+    return number

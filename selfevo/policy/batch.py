@@ -6,6 +6,8 @@ from typing import Sequence
 
 import torch
 
+TEMPERATURE = "temperature"  # the extra [B] holding each row's sampling temperature (0: greedy)
+
 
 @dataclass
 class SeqBatch:
@@ -14,7 +16,8 @@ class SeqBatch:
     ``extras`` holds per-row tensors ([B] or [B, T]: advantages, old or reference log-probs, further masks such as
     a selector's decision and rationale tokens, ...) that travel with their rows when the batch is sorted and cut
     into micro-batches. ``groups`` (one key per row, optional) names rows that must stay in ONE micro-batch — a
-    slate of candidates for a listwise loss.
+    slate of candidates for a listwise loss. The extra :data:`TEMPERATURE` ([B]) is each row's sampling temperature:
+    :class:`~selfevo.policy.PolicyStore` scores a row's tokens at it (``logprob_temperature``); rows without it at 1.
     """
 
     input_ids: torch.Tensor

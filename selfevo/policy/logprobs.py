@@ -4,6 +4,10 @@ The language-model head runs only on the positions that are scored (completion t
 the log-sum-exp is taken in fp32 while the logits stay in the model dtype. The backward pass recomputes the logits
 chunk by chunk (one more head matmul per scored token) instead of keeping a [N, V] softmax, and the gradient goes to
 the hidden states alone (the head is frozen under LoRA): d logp / d logits = onehot(target) - softmax.
+
+At a sampling temperature T the logits are divided by T (verl and TRL score tokens so): since the head has no bias
+here, ``(h W^T) / T = (h / T) W^T``, so the hidden states are divided (in float32, then back to their dtype) and the
+``[N, V]`` logits are never scaled or copied.
 """
 from __future__ import annotations
 
@@ -42,11 +46,31 @@ class _ChosenLogProb(torch.autograd.Function):
         return grad, None, None, None
 
 
-def chosen_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int = 1024):
-    """log softmax(hidden @ weight.T)[target] for each row of ``hidden`` [N, H]; fp32 result [N]."""
+def scoring_temperatures(sampled: torch.Tensor, fixed: float | None = None) -> torch.Tensor:
+    """The temperature each row is scored at: ``fixed`` for every row when given, else the row's own sampling
+    temperature, with greedy rows (T = 0, no distribution was sampled) at 1. [B] float32."""
+    t = torch.as_tensor(sampled, dtype=torch.float32)
+    if fixed is not None:
+        return torch.full_like(t, float(fixed))
+    return torch.where(t > 0, t, torch.ones_like(t))
+
+
+def tempered(hidden: torch.Tensor, temperature: torch.Tensor | float | None) -> torch.Tensor:
+    """``hidden / T`` per row (``temperature``: a number or [N]; None: ``hidden`` itself), divided in float32 and
+    returned in ``hidden``'s dtype: the head's logits of the result are the logits divided by T."""
+    if temperature is None:
+        return hidden
+    t = torch.as_tensor(temperature, dtype=torch.float32, device=hidden.device)
+    return (hidden.float() / (t[:, None] if t.dim() else t)).to(hidden.dtype)
+
+
+def chosen_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int = 1024,
+                    temperature: torch.Tensor | float | None = None):
+    """log softmax(hidden @ weight.T / T)[target] for each row of ``hidden`` [N, H]; fp32 result [N]. ``temperature``
+    T: a number or one per row ([N]); None: 1."""
     if weight.requires_grad:
         raise ValueError("chosen_logprobs assumes a frozen output head (LoRA does not train lm_head)")
-    return _ChosenLogProb.apply(hidden, weight, targets, chunk)
+    return _ChosenLogProb.apply(tempered(hidden, temperature), weight, targets, chunk)
 
 
 def reference_chosen_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -82,9 +106,11 @@ class _Entropy(torch.autograd.Function):
         return grad, None, None
 
 
-def chosen_entropy(hidden: torch.Tensor, weight: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-    """Entropy (nats, fp32 [N]) of the next-token distribution softmax(hidden @ weight.T) of each row of ``hidden``
-    [N, H], differentiable with respect to ``hidden`` (the head is frozen under LoRA); memory O(chunk × V)."""
+def chosen_entropy(hidden: torch.Tensor, weight: torch.Tensor, chunk: int = 256,
+                   temperature: torch.Tensor | float | None = None) -> torch.Tensor:
+    """Entropy (nats, fp32 [N]) of the next-token distribution softmax(hidden @ weight.T / T) of each row of
+    ``hidden`` [N, H], differentiable with respect to ``hidden`` (the head is frozen under LoRA); memory
+    O(chunk × V). ``temperature`` as in :func:`chosen_logprobs`."""
     if weight.requires_grad:
         raise ValueError("chosen_entropy assumes a frozen output head (LoRA does not train lm_head)")
-    return _Entropy.apply(hidden, weight, chunk)
+    return _Entropy.apply(tempered(hidden, temperature), weight, chunk)

@@ -3,6 +3,10 @@
 - Agents on the same backbone share its frozen weights; each agent owns a PEFT LoRA adapter named after it.
 - The reference policy is the same backbone with the adapter disabled: no second copy of the model.
 - ``token_logprobs`` scores completions in micro-batches; ``step`` runs a gradient update of one agent only.
+- ``logprob_temperature``: a row's tokens are scored at the temperature it was sampled at (the batch's
+  :data:`~selfevo.policy.batch.TEMPERATURE` extra; greedy rows at 1), logits / T as verl and TRL score them, for the
+  old log-probs, the current policy, the reference and the entropy alike; a number scores every sampled row at it.
+  A batch without sampling temperatures (SFT's, a hand-built one) is scored at 1.
 - ``gradient_checkpointing``: an update keeps only each decoder layer's input for the backward pass and runs the
   layer's forward again there (:func:`checkpointed_layers`): the activations of a micro-batch take one layer's
   worth instead of all layers' (one 700-token row on the 135M model: a 1.75 GiB peak without, 1.21 GiB with;
@@ -33,8 +37,8 @@ from safetensors.torch import load_file, save_file
 from selfevo import distributed, heap, models
 from selfevo.attention import segments_supported
 from selfevo.policy.adamw import CompactAdamW
-from selfevo.policy.batch import SeqBatch
-from selfevo.policy.logprobs import chosen_entropy, chosen_logprobs
+from selfevo.policy.batch import TEMPERATURE, SeqBatch
+from selfevo.policy.logprobs import chosen_entropy, chosen_logprobs, scoring_temperatures
 from selfevo.policy.lora_compute import ActivationDtypeLoRA
 from selfevo.policy.packing import Packed, pack_shared_prompts, prompt_keys
 from selfevo.shapes import Shapes
@@ -105,13 +109,18 @@ class PolicyStore:
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, micro_batch: int = 8,
                  betas: tuple[float, float] = (0.9, 0.999), device: str = "cpu", optim_state_dtype: str = "float32",
                  gradient_checkpointing: bool = False, shared_prompts: bool = False,
-                 heap_threshold: int | None = None, packed_attention: str = "auto"):
+                 heap_threshold: int | None = None, packed_attention: str = "auto",
+                 logprob_temperature: float | None = None):
         self.dtype = dtype
         # glibc's mmap threshold during an update follows the micro-batch's layer blocks (selfevo.heap.layer_threshold,
         # capped here) and is set back to this after it; None: the store leaves the process's malloc alone
         self.heap_threshold = heap_threshold
         self.gradient_checkpointing = gradient_checkpointing
         self.shared_prompts = shared_prompts
+        if logprob_temperature is not None and not logprob_temperature > 0:
+            raise ValueError(f"logprob_temperature must be None (each row's sampling temperature) or > 0, "
+                             f"not {logprob_temperature!r}")
+        self.logprob_temperature = logprob_temperature  # None: each row's sampling temperature (see the module doc)
         self.packed_attention = check_packed_attention(packed_attention)
         if optim_state_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"optim_state_dtype must be float32 or bfloat16, not {optim_state_dtype!r}")
@@ -208,7 +217,8 @@ class PolicyStore:
 
         ``agent=None`` scores the reference policy (adapter disabled) on ``backbone`` (default: the only one).
         ``entropy=True`` also returns [B, T] entropies of the distributions those tokens were drawn from (same
-        positions; e.g. CLPO's entropy bonus), as ``(logp, entropy)``.
+        positions; e.g. CLPO's entropy bonus), as ``(logp, entropy)``. Both at each row's scoring temperature
+        (:meth:`temperatures`).
         """
         name = self.agent_backbone[agent] if agent is not None else (backbone or next(iter(self.backbones)))
         scored = batch.loss_mask[:, 1:] > 0
@@ -235,14 +245,26 @@ class PolicyStore:
                                   attention_mask=None if ranges else packed.mask.to(dev), use_cache=False,
                                   **ranges).last_hidden_state
                 hidden = hidden.flatten(0, 1)[packed.where[:, :-1][scored].to(dev)]
-            logp = chosen_logprobs(hidden, head, batch.input_ids[:, 1:][scored].to(dev))
-            ent = chosen_entropy(hidden, head) if entropy else None
+            temps = self.temperatures(batch)
+            temps = temps[:, None].expand(scored.shape)[scored].to(dev) if temps is not None else None
+            logp = chosen_logprobs(hidden, head, batch.input_ids[:, 1:][scored].to(dev), temperature=temps)
+            ent = chosen_entropy(hidden, head, temperature=temps) if entropy else None
 
         def grid(values: torch.Tensor) -> torch.Tensor:  # on the CPU, as the batch (a no-op on a CPU store)
             full = torch.zeros(scored.shape, dtype=torch.float32).masked_scatter(scored, values.float().cpu())
             return torch.cat([torch.zeros(batch.input_ids.shape[0], 1), full], dim=1)
 
         return (grid(logp), grid(ent)) if entropy else grid(logp)
+
+    def temperatures(self, batch: SeqBatch) -> torch.Tensor | None:
+        """[B] temperature each row is scored at (:func:`~selfevo.policy.logprobs.scoring_temperatures` of the
+        batch's :data:`~selfevo.policy.batch.TEMPERATURE` extra and the store's ``logprob_temperature``); None when
+        every row is scored at 1 (the logits as they are), as is a batch without sampling temperatures (SFT's)."""
+        sampled = batch.extras.get(TEMPERATURE)
+        if sampled is None:
+            return None
+        temps = scoring_temperatures(sampled, self.logprob_temperature)
+        return None if bool((temps == 1).all()) else temps
 
     def _packed(self, batch: SeqBatch) -> Packed | None:
         """The batch packed by shared prompt (:mod:`selfevo.policy.packing`) when that is on and saves a forward."""

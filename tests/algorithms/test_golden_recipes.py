@@ -64,6 +64,8 @@ def _compare(got: dict, name: str) -> None:
 def test_one_sage_step_is_pinned(tmp_path):
     # regenerated 2026-11-28: rows whose advantage is 0 are not run in the update (optimizers.base.gradient_rows),
     # so update_shapes counts fewer rows; the adapters moved by float rounding only (within the checksum tolerance)
+    # regenerated for issue 58 item 4: tokens are scored at their sampling temperature (the preset's 0.6, the
+    # Critic's 0.1), so the adapter moved; episodes and metrics unchanged
     run = tmp_path / "run"
     rc = cli.main(["run", "sage", "model.backbones=[tiny-random]", "model.dtype=float32", "model.device=cpu",
                    "engine.name=sage_script",
@@ -97,6 +99,8 @@ def test_one_maestro_step_is_pinned(tmp_path):
     # regenerated for issue 58 item 6: L_choice is Eq. 6's sum over candidates (clpo.choice_form=listwise), so the
     # central update scores every candidate's number (update_shapes) and the adapters moved (the executors' by the
     # dropout draws after the longer central update); episodes unchanged
+    # regenerated for issue 58 item 4: the executors' GRPO scores their tokens at their sampling temperature (0.7),
+    # so their adapters moved; the central agent's samples (T = 1) and the episodes unchanged
     run = tmp_path / "run"
     assert _maestro_step(tmp_path, run) == 0
     got = _record(run)

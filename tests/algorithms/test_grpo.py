@@ -43,6 +43,8 @@ def _lines(path: Path) -> list[dict]:
 
 
 def test_one_grpo_step_is_pinned(tmp_path):
+    # regenerated for issue 58 item 4: tokens are scored at the preset's sampling temperature (0.7), so the adapter
+    # moved; the answers unchanged
     run = tmp_path / "run"
     assert _run(tmp_path, run, "trainer.max_steps=1") == 0
     episodes, (metrics,) = _lines(run / "episodes.jsonl"), _lines(run / "metrics.jsonl")
@@ -116,9 +118,27 @@ def test_paper_presets_that_name_grpo_aggregate_as_eq_3():
 
 @pytest.mark.parametrize("override, message", [
     ("trainer.loss_agg=seq-mean-token-mean", "trainer.loss_agg must be one of token_mean, seq_mean_token_mean"),
+    ("trainer.logprob_temperature=0", "trainer.logprob_temperature must be sampling or a number > 0"),
+    ("trainer.logprob_temperature=warm", "trainer.logprob_temperature must be sampling or a number > 0"),
+    ("trainer.logprob_temperature=-1", "trainer.logprob_temperature must be sampling or a number > 0"),
 ])
 def test_trainer_scoring_keys_are_checked(override, message):
     from selfevo.config import ConfigError
 
     with pytest.raises(ConfigError, match=message):
         load_config(grpo.GRPOCfg, "grpo", "cpu", [override])
+
+
+def test_the_loop_hands_logprob_temperature_to_the_store(tmp_path):
+    from selfevo.loop import Loop
+
+    for value, want in (("sampling", None), ("1", 1.0), ("0.25", 0.25)):
+        cfg = load_config(grpo.GRPOCfg, "grpo", None, ["model.backbones=[tiny-random]", "model.dtype=float32",
+                                                       "model.device=cpu", "engine.name=golden",
+                                                       f"trainer.logprob_temperature={value}",
+                                                       f"output_dir={tmp_path / value}"])
+        loop = Loop(cfg)
+        try:
+            assert loop.store.logprob_temperature == want
+        finally:
+            loop.close()

@@ -345,6 +345,26 @@ def test_train_agents_updates_each_rewarded_agent_only(store):
 
 
 # ---- issue 58: the turn's sampling temperature, loss aggregation, LoRA dropout -----------------------------------
+def test_samples_from_turns_record_each_turns_sampling_temperature():
+    """A role's temperature (SAGE's Critic at 0.1) reaches the request and from there the row the store scores."""
+    from selfevo.interaction.runner import Runner, ask
+    from selfevo.policy.batch import TEMPERATURE
+    from selfevo.roles.sage import SageCritic
+    from selfevo.types import SamplingParams
+
+    runner = Runner(engine=None, sampling=SamplingParams(temperature=0.6), seed=0)
+    critic = ask(SageCritic(), "a", Task("t", "math", "q", "1"), subject="question")
+    assert critic.temperature == 0.1
+    req = runner._request(critic, "k", 0, 0)
+    turns = [_turn("a", "solver", [1, 2], [3], 1.0), _turn("a", "solver", [1], [4, 5], 0.0),
+             _turn("a", "critic", [6], [7], 0.5)]
+    turns[0].completion.request.sampling = SamplingParams(temperature=0.6)
+    turns[1].completion.request.sampling = SamplingParams(temperature=0.0)
+    turns[2].completion.request = req
+    s = Samples.from_turns(turns, pad_id=0)
+    assert s.batch.extras[TEMPERATURE].tolist() == pytest.approx([0.6, 0.0, 0.1])
+
+
 @pytest.mark.parametrize("mode", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"])
 def test_policy_step_aggregates_by_loss_agg(store, mode):
     """On-policy (ratio 1) the PPO loss of a token is -A, so the step's loss is trainer.loss_agg's aggregate of -A

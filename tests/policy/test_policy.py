@@ -306,3 +306,78 @@ def test_an_update_maps_its_micro_batches_layer_blocks_and_sets_the_threshold_ba
     plain = make_store(("a0",), micro_batch=2)
     plain.step("a0", b, lambda logp, mb: -(logp * mb.loss_mask).sum())
     assert calls == []
+
+
+# ---- scoring at the sampling temperature (issue 58 item 4) --------------------------------------------------------
+def test_chosen_logprobs_and_entropy_at_a_temperature_by_hand():
+    # one hidden state whose logits are [2, 0] (weight rows 2 and 0); sampled at T = 0.5 the logits are [4, 0]:
+    # log p(token 0) = 4 - log(e^4 + 1) = -log(1 + e^-4) = -0.0181499; at T = 1: -log(1 + e^-2) = -0.1269280
+    hidden, weight, target = torch.tensor([[1.0], [1.0]]), torch.tensor([[2.0], [0.0]]), torch.tensor([0, 0])
+    got = chosen_logprobs(hidden, weight, target, temperature=torch.tensor([0.5, 1.0]))
+    torch.testing.assert_close(got, torch.tensor([-0.0181499, -0.1269280]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(got[0], torch.log_softmax(torch.tensor([4.0, 0.0]), -1)[0])
+    torch.testing.assert_close(chosen_logprobs(hidden, weight, target, temperature=0.5)[0], got[0])
+    # entropy of softmax([4, 0]) = (0.9820138, 0.0179862): -(p ln p + q ln q) = 0.0178235 + 0.0722713 = 0.0900948
+    ent = chosen_entropy(hidden[:1], weight, temperature=torch.tensor([0.5]))
+    torch.testing.assert_close(ent, torch.tensor([0.0900948]), atol=1e-6, rtol=0)
+
+
+def test_chosen_logprobs_gradient_at_a_temperature_matches_the_full_softmax():
+    gen = torch.Generator().manual_seed(2)
+    h = torch.randn(9, 6, generator=gen, requires_grad=True)
+    w, t = torch.randn(13, 6, generator=gen), torch.randint(0, 13, (9,), generator=gen)
+    temps = torch.tensor([0.1, 0.6, 1.0, 1.7, 0.6, 0.6, 0.3, 1.0, 2.0])
+    (chosen_logprobs(h, w, t, chunk=4, temperature=temps) * torch.arange(9.0)).sum().backward()
+    fast = h.grad.clone()
+    h.grad = None
+    ref = torch.log_softmax((h @ w.t()) / temps[:, None], -1).gather(-1, t[:, None]).squeeze(-1)
+    (ref * torch.arange(9.0)).sum().backward()
+    torch.testing.assert_close(fast, h.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_scoring_temperatures():
+    from selfevo.policy.logprobs import scoring_temperatures
+
+    sampled = torch.tensor([0.7, 0.0, 0.1, 1.0])
+    assert scoring_temperatures(sampled).tolist() == pytest.approx([0.7, 1.0, 0.1, 1.0])  # greedy (0) at 1
+    assert scoring_temperatures(sampled, 1.0).tolist() == [1.0] * 4  # trainer.logprob_temperature=1
+    assert scoring_temperatures(sampled, 0.5).tolist() == [0.5] * 4
+    assert scoring_temperatures(torch.zeros(0)).shape == (0,)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_store_scores_each_row_at_its_sampling_temperature(make_store, shared):
+    """Rows sampled at 0.5, greedily (0) and at 1.7 are scored at 0.5, 1 and 1.7: log_softmax(logits / T) of the
+    model's own logits, for the agent and for the reference (adapter disabled), rows packed by shared prompt or not;
+    ``logprob_temperature=1`` and a batch without temperatures score everything at 1; entropies at the same
+    temperature."""
+    from selfevo.policy.batch import TEMPERATURE
+
+    store = make_store(("a0",), shared_prompts=shared)
+    randomize_adapters(store)
+    batch = SeqBatch.build([[5, 6, 7], [5, 6, 7], [3]], [[8, 9], [1, 2, 3], [6, 10]], 0)
+    tempered = batch.with_extras(**{TEMPERATURE: torch.tensor([0.5, 0.0, 1.7])})
+    lm = store.backbones["tiny-random"].model
+    for agent in ("a0", None):
+        with torch.no_grad():
+            if agent is None:
+                with lm.disable_adapter():
+                    logits = lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            else:
+                lm.set_adapter(agent)
+                logits = lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            got, ent = store.token_logprobs(agent, tempered, entropy=True)
+            plain = store.token_logprobs(agent, batch)
+        scaled = logits[:, :-1].float() / torch.tensor([0.5, 1.0, 1.7])[:, None, None]
+        want = torch.log_softmax(scaled, -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+        m = batch.loss_mask[:, 1:] > 0
+        torch.testing.assert_close(got[:, 1:][m], want[m], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ent[:, 1:][m], entropy_from_logits(scaled)[m], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got[1], plain[1])  # the greedy row: at 1, as if no temperature were given
+        assert (got[0] - plain[0]).abs().max() > 1e-3
+    store.logprob_temperature = 1.0  # trainer.logprob_temperature=1: every row at 1
+    assert store.temperatures(tempered) is None and store.temperatures(batch) is None
+    with torch.no_grad():
+        torch.testing.assert_close(store.token_logprobs("a0", tempered), store.token_logprobs("a0", batch))
+    with pytest.raises(ValueError, match="logprob_temperature"):
+        make_store(("b0",), logprob_temperature=0.0)
