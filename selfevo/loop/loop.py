@@ -48,7 +48,7 @@ from selfevo import distributed
 from selfevo.config import save_config
 from selfevo.engines import EngineError, build_engine
 from selfevo.interaction import Ask, Episode, Runner, Turn
-from selfevo.loop import build, checkpoint
+from selfevo.loop import build, checkpoint, summary
 from selfevo.loop.data import load_entries, task_batch
 from selfevo.loop.memory import release_freed_memory
 from selfevo.loop.metrics import turn_metrics
@@ -133,16 +133,17 @@ class Loop:
         if self.main:
             checkpoint.drop_logged_steps(self.dir, self.first_step, LOGS)
             save_config(cfg, self.dir)
-            record_launch(self.dir)
+            record_launch(self.dir, dtype=self.store.dtype)
         world = distributed.world_size()
         workdir = self.dir / ("engine" if world == 1 else f"engine-rank{distributed.rank()}")
-        self.engine = build_engine(cfg.engine, self.store, cfg.model.dtype, workdir=str(workdir))
+        self.engine = build_engine(cfg.engine, self.store, self.store.dtype, workdir=str(workdir))
         self.optimizer = OPTIMIZERS.get(t.optimizer)(t, **(optimizer_options or {}))
         self.sampling = build.sampling(cfg.sampling)
         self.scalars = ScalarLog(self.dir, cfg.log.tensorboard and self.main, cfg.log.wandb and self.main,
                                  cfg.log.wandb_project, OmegaConf.to_container(cfg))
         self.bar: tqdm | None = None
         self.step, self._step_start = self.first_step, time.perf_counter()
+        self._launch_start = self._step_start
         take_fs_modes()  # sandbox jobs counted before this run (another run in this process) are not this run's
 
     def _start(self) -> tuple[int, dict]:
@@ -242,7 +243,7 @@ class Loop:
                                                                         not turn.meta.get("limit_by_design")))
         agree_on_rewards(episodes)
         return train_agents(self.store, optimizer or self.optimizer, episodes, agents or self.agents, group_by,
-                            keep_together, keep, extras)
+                            keep_together, keep, extras, progress=self._status)
 
     def end_step(self, step: int, episodes: list[Episode], metrics: dict, state: dict | None = None,
                  files: dict[str, str] | None = None) -> None:
@@ -311,9 +312,23 @@ class Loop:
         e = self.cfg.eval
         tasks = load_entries(list(e.tasks), e.limit, self.cfg.data.data_root, self.cfg.data.source)
         sampling = SamplingParams(max_new_tokens=e.max_new_tokens, temperature=e.temperature)
-        accuracy = evaluate_agents(self.engine, self.agents, tasks, sampling, seed=f"{self.cfg.seed}/eval")
+        shared = self._one_model()
+        agents = self.agents[:1] if shared else self.agents
+        accuracy = evaluate_agents(self.engine, agents, tasks, sampling, seed=f"{self.cfg.seed}/eval",
+                                   status=self._status)
         release_freed_memory()
-        return {"n": len(tasks), "accuracy": accuracy}
+        if not shared:
+            return {"n": len(tasks), "accuracy": accuracy}
+        return {"n": len(tasks), "accuracy": {a: accuracy[agents[0]] for a in self.agents},
+                "evaluated": agents[0]}
+
+    def _one_model(self) -> bool:
+        """Whether a greedy evaluation of every agent would repeat one model's answers: several agents on one
+        backbone, none trained yet (fresh adapters add nothing: :meth:`PolicyStore.is_untrained`). Then one agent
+        is evaluated and its accuracy stands for all (logged as ``evaluated``)."""
+        return (self.cfg.eval.temperature == 0 and len(self.agents) > 1
+                and len({self.store.agent_backbone[a] for a in self.agents}) == 1
+                and all(self.store.is_untrained(a) for a in self.agents))
 
     def close(self) -> None:
         self.engine.close()
@@ -327,8 +342,19 @@ class Loop:
         """``with Loop(cfg) as loop:`` closes the engine (and any server it started) also when a step fails; an
         engine failure's line then also says how to go on."""
         self.close()
+        if exc is None and self.main:
+            self.print_summary()
         if isinstance(exc, EngineError):
             raise EngineError(f"{exc}; {self._resume_hint(self.step)}") from None
+
+    def print_summary(self) -> None:
+        """The closing lines (:mod:`selfevo.loop.summary`): steps, wall time, held-out accuracy first -> last, the
+        recipe's tracked metrics, and the ``selfevo report`` command."""
+        if self.bar is not None:
+            self.bar.close()
+        lines = summary.summary_lines(self.cfg.recipe, self.dir, summary.read_metrics(self.dir),
+                                      time.perf_counter() - self._launch_start, list(self.cfg.eval.tasks))
+        print("\n".join(lines), flush=True)
 
     def _resume_hint(self, step: int) -> str:
         """How to go on after ``step`` failed: resume from the checkpoint of the step before, if there is one."""
@@ -354,13 +380,13 @@ def agree_on_rewards(episodes: list[Episode]) -> None:
 
 
 def evaluate_agents(engine, agents: list[str | None], tasks: list[Task], sampling: SamplingParams,
-                    seed: int | str = 0) -> dict:
+                    seed: int | str = 0, status: Callable | None = None) -> dict:
     """Accuracy of each agent answering each task once (vanilla prompt, one engine call for all), by verifier."""
     def program(ep: Episode):
         messages = [{"role": "user", "content": format_prompt(ep.task)}]
         yield [Ask(a, "answer", messages) for a in agents]
 
-    episodes = Runner(engine, sampling, seed).run([Episode(t, key=f"{i}:{t.id}") for i, t in enumerate(tasks)],
+    episodes = Runner(engine, sampling, seed, status=status).run([Episode(t, key=f"{i}:{t.id}") for i, t in enumerate(tasks)],
                                                   program, "eval")
     correct = {a: 0 for a in agents}
     for ep in episodes:
@@ -404,16 +430,32 @@ def timed(fn: Callable, *args, **kwargs) -> tuple[object, float]:
     return out, round(time.perf_counter() - t0, 2)
 
 
-def record_launch(run: Path) -> None:
-    """Append this launch (command line, time, git commit, package versions, machine) to ``RUN_DIR/run.json``."""
+def record_launch(run: Path, dtype: str | None = None) -> None:
+    """Append this launch (command line, time, git commit, package versions, machine, the model dtype as resolved
+    from ``model.dtype``) to ``RUN_DIR/run.json``."""
     path = run / "run.json"
     launches = json.loads(path.read_text()) if path.exists() else []
     launches.append({"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "argv": COMMAND_LINE.get() or sys.argv,
                      "cwd": os.getcwd(), "git_commit": _git_commit(), "packages": _versions(),
-                     "world_size": distributed.world_size(),
+                     "world_size": distributed.world_size(), "dtype": dtype,
                      "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                                 "cpus": os.cpu_count(), "cuda": _cuda()}})
+                                 "cpus": os.cpu_count(), "cpu": cpu_name(), "cuda": _cuda()}})
     checkpoint.atomic_write_text(path, json.dumps(launches, indent=1))
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one) and whether it has native bf16 matmuls."""
+    from selfevo.models import cpu_has_native
+
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {'native' if cpu_has_native('bfloat16') else 'no native'} bf16"
 
 
 def _git_commit() -> str | None:

@@ -254,19 +254,45 @@ def train_agents(store: PolicyStore, optimizer: Optimizer, episodes: list[Episod
                  group_by: Callable[[Turn], Hashable] | None = None,
                  keep_together: Callable[[Turn], Hashable] | None = None,
                  include: Callable[[Turn], bool] | None = None,
-                 extras: Callable[[Turn], dict] | None = None) -> dict:
+                 extras: Callable[[Turn], dict] | None = None,
+                 progress: Callable[[str], None] | None = None) -> dict:
     """One optimizer call per agent over all of its rewarded turns (those ``include`` accepts, if given), with
     per-row ``extras`` (see :meth:`Samples.from_turns`); per-agent stats (floats rounded; ``rows`` and ``tokens``: its rows and
-    their prompt and completion tokens without padding, unless the optimizer reports its own)."""
-    stats = {}
+    their prompt and completion tokens without padding, unless the optimizer reports its own). ``progress`` gets a
+    one-line status before each agent's call (agent k of n, rows and tokens done of the update's total)."""
+    work = {}
     for agent in agents:
         turns = [t for t in rewarded_turns(episodes, agent) if include is None or include(t)]
-        if not turns:
-            continue
-        pad = store.backbones[store.agent_backbone[agent]].tokenizer.pad_token_id
-        samples = Samples.from_turns(turns, pad, group_by, keep_together, extras)
+        if turns:
+            pad = store.backbones[store.agent_backbone[agent]].tokenizer.pad_token_id
+            work[agent] = (turns, Samples.from_turns(turns, pad, group_by, keep_together, extras))
+    total = UpdateProgress(work, progress)
+    stats = {}
+    for agent, (turns, samples) in work.items():
+        total.start(agent)
         out = optimizer(store, agent, samples)
         stats[agent] = {k: round(v, 5) if isinstance(v, float) else v for k, v in out.items()}
         stats[agent].setdefault("rows", len(turns))  # unless the optimizer says which rows it trained on
         stats[agent].setdefault("tokens", int(samples.batch.attention_mask.sum()))  # prompt + completion, no padding
+    total.start(None)
     return stats
+
+
+class UpdateProgress:
+    """The update's one-line status: ``update agent1 (2/4) · rows 12/48 · tokens 3,100/12,400 done``."""
+
+    def __init__(self, work: dict, report: Callable[[str], None] | None):
+        self.sizes = {a: (len(turns), int(s.batch.attention_mask.sum())) for a, (turns, s) in work.items()}
+        self.rows, self.tokens = (sum(v[i] for v in self.sizes.values()) for i in (0, 1))
+        self.report, self.done, self.k = report, [0, 0], 0
+
+    def start(self, agent: str | None) -> None:
+        """Before ``agent``'s call (None: after the last): count the agent before it as done, report."""
+        if self.k:
+            prev = list(self.sizes)[self.k - 1]
+            self.done = [self.done[0] + self.sizes[prev][0], self.done[1] + self.sizes[prev][1]]
+        self.k += 1
+        if self.report is None:
+            return
+        who = f"update {agent} ({self.k}/{len(self.sizes)})" if agent else "update done"
+        self.report(f"{who} · rows {self.done[0]}/{self.rows} · tokens {self.done[1]:,}/{self.tokens:,}")

@@ -105,13 +105,14 @@ def ranges_attention(setting: str, device_type: str, width: int = 0) -> bool:
 
 
 class PolicyStore:
-    def __init__(self, dtype: str = "bfloat16", lora: LoraSettings | None = None, lr: float = 1e-5,
+    def __init__(self, dtype: str = "auto", lora: LoraSettings | None = None, lr: float = 1e-5,
                  weight_decay: float = 0.0, max_grad_norm: float = 1.0, micro_batch: int = 8,
                  betas: tuple[float, float] = (0.9, 0.999), device: str = "cpu", optim_state_dtype: str = "float32",
                  gradient_checkpointing: bool = False, shared_prompts: bool = False,
                  heap_threshold: int | None = None, packed_attention: str = "auto",
                  logprob_temperature: float | None = None):
-        self.dtype = dtype
+        self.device = models.resolve_device(device)
+        self.dtype = models.resolve_dtype(dtype, self.device)  # "auto": bf16 where computed natively, else fp32
         # glibc's mmap threshold during an update follows the micro-batch's layer blocks (selfevo.heap.layer_threshold,
         # capped here) and is set back to this after it; None: the store leaves the process's malloc alone
         self.heap_threshold = heap_threshold
@@ -125,7 +126,6 @@ class PolicyStore:
         if optim_state_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"optim_state_dtype must be float32 or bfloat16, not {optim_state_dtype!r}")
         self.optim_state_dtype = optim_state_dtype
-        self.device = models.resolve_device(device)
         self.lora = lora or LoraSettings()
         self.lr, self.weight_decay, self.max_grad_norm = lr, weight_decay, max_grad_norm
         self.betas = tuple(betas)
@@ -159,6 +159,13 @@ class PolicyStore:
         bb.agents.append(agent)
         self.agent_backbone[agent] = backbone
         self.versions[agent] = 0
+
+    def is_untrained(self, agent: str) -> bool:
+        """Whether ``agent``'s adapter adds nothing to its backbone (every LoRA B matrix zero, as PEFT initialises
+        it): the agent then answers as the backbone itself does."""
+        bb = self.backbones[self.agent_backbone[agent]]
+        key = f".lora_B.{agent}."
+        return not any(key in name and bool(p.any()) for name, p in bb.model.named_parameters())
 
     def backbone_for(self, request: Request) -> str:
         """Which backbone serves a request: its agent's, else the named one, else the only one."""
