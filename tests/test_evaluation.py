@@ -25,7 +25,7 @@ def test_load_eval_config_lists_defaults_and_setup_options(tmp_path):
                        "maestro_select": {"k": 8, "epsilon": 0.0, "central_prefix": "Reason:"}}
     assert isinstance(options["maestro_select"]["epsilon"], float)
     # the sections of selfevo run, with its defaults
-    assert cfg.model.backbones == ["smollm2-135m-instruct"] and cfg.model.dtype == "bfloat16"
+    assert cfg.model.backbones == ["smollm2-135m-instruct"] and cfg.model.dtype == "auto"
     assert cfg.engine.name == "hf" and cfg.engine.max_batch == 64 and cfg.seed == 0
 
 
@@ -132,7 +132,7 @@ def test_adapter_that_does_not_fit_is_a_one_line_error(tmp_path, make_store, cap
     (["benchmark=gsm8k", "setup=vanilla", "sampling.max_new_tokens=0"], "sampling.max_new_tokens must be >= 1, got 0"),
     (["benchmark=gsm8k", "setup=vanilla", "sampling.temperature=-1"], "sampling.temperature must be >= 0, got -1.0"),
     (["benchmark=gsm8k", "setup=vanilla", "model.dtype=fp8"],
-     "model.dtype must be one of float32, bfloat16, float16; got 'fp8'"),
+     "model.dtype must be one of auto, float32, bfloat16, float16; got 'fp8'"),
     (["benchmark=", "setup=vanilla"], "benchmark must not be empty"),
     (["benchmark=gsm8k", "setup=vanilla", "--bogus"], "unrecognized arguments: --bogus"),
     (["benchmark=gsm8k", "setup=maestro_select", "epsilon=2"], "setup 'maestro_select': epsilon must be in [0, 1], "

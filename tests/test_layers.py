@@ -30,7 +30,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("inference setups", ("selfevo.setups",)),
     ("the training loop", ("selfevo.loop",)),
     ("recipes", ("selfevo.algorithms",)),
-    ("evaluation and reports", ("selfevo.evaluation", "selfevo.report")),
+    ("evaluation, reports, sweeps", ("selfevo.evaluation", "selfevo.report", "selfevo.sweep")),
     ("command line", ("selfevo.cli", "selfevo.__main__")),
 ]
 
