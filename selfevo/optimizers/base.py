@@ -273,7 +273,7 @@ def train_agents(store: PolicyStore, optimizer: Optimizer, episodes: list[Episod
         out = optimizer(store, agent, samples)
         stats[agent] = {k: round(v, 5) if isinstance(v, float) else v for k, v in out.items()}
         stats[agent].setdefault("rows", len(turns))  # unless the optimizer says which rows it trained on
-        stats[agent].setdefault("tokens", int(samples.batch.attention_mask.sum()))  # prompt + completion, no padding
+        stats[agent].setdefault("tokens", total.sizes[agent][1])  # prompt + completion, no padding
     total.start(None)
     return stats
 
@@ -284,14 +284,13 @@ class UpdateProgress:
     def __init__(self, work: dict, report: Callable[[str], None] | None):
         self.sizes = {a: (len(turns), int(s.batch.attention_mask.sum())) for a, (turns, s) in work.items()}
         self.rows, self.tokens = (sum(v[i] for v in self.sizes.values()) for i in (0, 1))
-        self.report, self.done, self.k = report, [0, 0], 0
+        self.report, self.done, self.k, self.prev = report, [0, 0], 0, None
 
     def start(self, agent: str | None) -> None:
         """Before ``agent``'s call (None: after the last): count the agent before it as done, report."""
-        if self.k:
-            prev = list(self.sizes)[self.k - 1]
-            self.done = [self.done[0] + self.sizes[prev][0], self.done[1] + self.sizes[prev][1]]
-        self.k += 1
+        if self.prev is not None:
+            self.done = [d + n for d, n in zip(self.done, self.sizes[self.prev])]
+        self.k, self.prev = self.k + 1, agent
         if self.report is None:
             return
         who = f"update {agent} ({self.k}/{len(self.sizes)})" if agent else "update done"
