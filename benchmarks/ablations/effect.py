@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from selfevo.errors import UsageError  # noqa: E402
 from selfevo.loop.checkpoint import atomic_write_text  # noqa: E402
 from selfevo.stats import paired_difference, seed_interval, wilson  # noqa: E402
+from selfevo.sweep.table import metric_value  # noqa: E402
 
 BENCH = "arith"
 EVAL = ["setup=vanilla", "sampling.max_new_tokens=256", "sampling.temperature=0"]
@@ -313,15 +314,7 @@ def curve(out: Path, keys: tuple[str, ...]) -> list[dict]:
     if not path.exists():
         return []
     lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    return [{"step": m["step"], "step_s": m.get("step_s"), **{k: _dig(m, k) for k in keys}} for m in lines]
-
-
-def _dig(m: dict, key: str):
-    if key in m:  # a flat key with a dot (AZR's "valid.deduction")
-        return m[key]
-    for part in key.split("."):
-        m = m.get(part) if isinstance(m, dict) else None
-    return m
+    return [{"step": m["step"], "step_s": m.get("step_s"), **{k: metric_value(m, k) for k in keys}} for m in lines]
 
 
 def seed_record(before: list[dict], after: list[dict], command: str, steps: list[dict]) -> dict:

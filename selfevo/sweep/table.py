@@ -153,7 +153,8 @@ def curves(cfg: DictConfig, rows: dict[str, DictConfig]) -> dict[str, dict[str, 
     return result
 
 
-def _dig(m: dict, key: str):
+def metric_value(m: dict, key: str):
+    """A metrics.jsonl record's value at a dotted key (``train.agent0.kl``), or at a flat key that has a dot."""
     if key in m:  # a flat key with a dot (AZR's "valid.deduction")
         return m[key]
     for part in key.split("."):
@@ -165,7 +166,7 @@ def _band(runs: list[list[dict]], key: str) -> list[list[float]]:
     values: dict[int, list[float]] = {}
     for run in runs:
         for m in run:
-            if isinstance(x := _dig(m, key), (int, float)):
+            if isinstance(x := metric_value(m, key), (int, float)):
                 values.setdefault(m["step"], []).append(float(x))
     steps = sorted(values)
     spreads = [seed_interval(values[s]) for s in steps]
