@@ -323,6 +323,34 @@ def _flat_keys(cfg: Any, prefix: str = "") -> list[str]:
     return keys
 
 
+# Config keys that were renamed: old dotted path → new dotted path. A config or override that still uses an old key
+# (or a key under an old section) fails with a one-line error naming the new one. Add a row when renaming a key.
+RENAMED: dict[str, str] = {
+    "agents": "n_agents",
+}
+
+
+def renamed_key(key: str, renamed: Mapping[str, str] = RENAMED) -> str | None:
+    """The new name of ``key`` when it (or a section above it) was renamed in ``renamed``, else ``None``."""
+    parts = key.split(".")
+    for end in range(len(parts), 0, -1):
+        new = renamed.get(".".join(parts[:end]))
+        if new is not None:
+            return ".".join([new, *parts[end:]])
+    return None
+
+
+def _check_renamed(schema: DictConfig, other: DictConfig, where: str) -> None:
+    """A one-line :class:`ConfigError` for the first key of ``other`` that :data:`RENAMED` renamed and ``schema``
+    does not know (its leaves are checked, so the message names the full old and new key)."""
+    leaves = [key for key in _flat_keys(other) if not isinstance(OmegaConf.select(other, key), DictConfig)]
+    renamed = [(key, renamed_key(key)) for key in leaves]
+    known = set(_flat_keys(schema)) if any(new for _, new in renamed) else set()
+    for key, new in renamed:
+        if new is not None and key not in known:
+            raise ConfigError(f"config key '{key}' in {where} was renamed to '{new}'")
+
+
 def _unknown_key_error(schema: DictConfig, key: str, where: str) -> ConfigError:
     close = difflib.get_close_matches(key, _flat_keys(schema), n=1, cutoff=0.5)
     hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -343,6 +371,7 @@ def _bad_value_error(exc: OmegaConfBaseException, key: str, where: str) -> Confi
 
 
 def _merge(schema: DictConfig, other: DictConfig, where: str) -> DictConfig:
+    _check_renamed(schema, other, where)
     try:
         return OmegaConf.merge(schema, other)
     except OmegaConfBaseException as exc:

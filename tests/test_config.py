@@ -9,8 +9,8 @@ import pytest
 from omegaconf import MISSING, OmegaConf
 
 from selfevo.algorithms import RECIPES, demo
-from selfevo.config import (ConfigError, SamplingCfg, normalize_overrides, describe, format_table, load_config, opt,
-                            presets, validate_config)
+from selfevo.config import (RENAMED, ConfigError, SamplingCfg, describe, format_table, load_config, normalize_overrides,
+                            opt, presets, renamed_key, validate_config)
 
 CALLS = []
 
@@ -161,3 +161,30 @@ def test_missing_preset_and_bad_yaml(tmp_path):
     bad.write_text("agents: [1,\n")
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(demo.DemoCfg, "demo", str(bad), [])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("inner.stepcount=3", "config key 'inner.stepcount' in the command line was renamed to 'inner.steps'"),
+    ("old.rate=0.5", "config key 'old.rate' in the command line was renamed to 'inner.rate'"),
+])
+def test_renamed_keys_are_one_line_errors_naming_the_new_key(monkeypatch, override, message):
+    monkeypatch.setitem(RENAMED, "inner.stepcount", "inner.steps")
+    monkeypatch.setitem(RENAMED, "old", "inner")  # a renamed section: every key under it
+    with pytest.raises(ConfigError) as e:
+        load(override)
+    assert str(e.value) == message
+
+
+def test_renamed_keys_in_a_preset_file(monkeypatch, tmp_path):
+    monkeypatch.setitem(RENAMED, "inner.stepcount", "inner.steps")
+    path = tmp_path / "old.yaml"
+    path.write_text("name: x\ninner:\n  stepcount: 3\n")
+    with pytest.raises(ConfigError, match=f"config key 'inner.stepcount' in {path} was renamed to 'inner.steps'"):
+        load_config(Schema, "test", str(path), [])
+
+
+def test_renamed_key():
+    assert renamed_key("a.b.c", {"a.b": "x"}) == "x.c"
+    assert renamed_key("a.b", {"a.b": "x.y"}) == "x.y"
+    assert renamed_key("a.bc", {"a.b": "x"}) is None
+    assert renamed_key("agents") == "n_agents"
