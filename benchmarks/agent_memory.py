@@ -1,6 +1,6 @@
 """Peak memory of policy store + engine with 1, 2, 4, 8 agents on the embedded model.
 
-    .venv/bin/python benchmarks/agent_memory.py [--engine hf] [--agents 1 2 4 8] [--optim-state-dtype float32]
+    .venv/bin/python -m benchmarks.agent_memory [--engine hf] [--agents 1 2 4 8] [--optim-state-dtype float32]
 
 Each count runs in a fresh process: build the store with N agents (LoRA r=16 on all linear layers, one AdamW each),
 the engine, one rollout batch of the same size for every count (32 prompts × 64 tokens, spread over the agents,
@@ -17,12 +17,10 @@ import argparse
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PeakRSS, gsm8k_prompts, machine, save  # noqa: E402
+from benchmarks.common import PeakRSS, gsm8k_prompts, machine, save
 
 MODEL = "smollm2-135m-instruct"
 
@@ -70,8 +68,9 @@ def main() -> None:
         return
     peaks, settled = [], []
     for n in args.agents:
-        out = subprocess.run([sys.executable, __file__, "--engine", args.engine, "--child", str(n),
-                              "--optim-state-dtype", args.optim_state_dtype], capture_output=True, text=True, check=True)
+        cmd = [sys.executable, "-m", __spec__.name, "--engine", args.engine, "--child", str(n),
+               "--optim-state-dtype", args.optim_state_dtype]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         got = json.loads(out.stdout.strip().splitlines()[-1])
         peaks.append(got["peak"])
         settled.append(got["settled"])

@@ -1,6 +1,6 @@
 """The update's time and peak under glibc's mmap threshold fixed at 8 MB against one that follows the micro-batch.
 
-    .venv/bin/python benchmarks/heap_threshold.py [--rounds 2] [--steps 2] [--rows comas|maestro]
+    .venv/bin/python -m benchmarks.heap_threshold [--rounds 2] [--steps 2] [--rows comas|maestro]
                                                   [--dtype float32|bfloat16]
 
 Since selfevo.heap's layer threshold (``PolicyStore(heap_threshold=...)``, what ``build.policy_store`` sets), an
@@ -25,11 +25,9 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save  # noqa: E402
-from recipe_memory import PhasePeaks  # noqa: E402
+from benchmarks.common import machine, save
+from benchmarks.recipe_memory import PhasePeaks
 
 MODEL = "smollm2-135m-instruct"
 SETTINGS = ("fixed", "layer")
@@ -95,8 +93,8 @@ def main() -> None:
     runs: dict[str, list[dict]] = {s: [] for s in SETTINGS}
     for _ in range(args.rounds):
         for setting in SETTINGS:
-            cmd = [sys.executable, __file__, "--child", setting, "--rows", args.rows, "--steps", str(args.steps),
-                   "--dtype", args.dtype]
+            cmd = [sys.executable, "-m", __spec__.name, "--child", setting, "--rows", args.rows,
+                   "--steps", str(args.steps), "--dtype", args.dtype]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
             runs[setting].append(json.loads(out))
             print(out, flush=True)

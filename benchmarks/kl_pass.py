@@ -1,7 +1,7 @@
 """What the KL costs in an update: GRPO's loss-term KL scores the reference only (since 2026-11-27), not also the
 current policy (the pass the KL-in-reward form needs before its advantages).
 
-    .venv/bin/python benchmarks/kl_pass.py [--prompts 4] [--per-prompt 8] [--repeats 3] [--dtype float32]
+    .venv/bin/python -m benchmarks.kl_pass [--prompts 4] [--per-prompt 8] [--repeats 3] [--dtype float32]
 
 GRPO cpu-learn's shapes (``selfevo/configs/grpo/cpu-learn.yaml``): groups of ``--per-prompt`` rows sharing a
 66-token prompt, completions of 40-128 tokens (random ids; timing only), LoRA r=16, micro-batch 8, β = 0.04 as a loss
@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import grpo_samples, machine, save  # noqa: E402
+from benchmarks.common import grpo_samples, machine, save
 
-from selfevo.loop import TrainerCfg  # noqa: E402
-from selfevo.optimizers import OPTIMIZERS, score  # noqa: E402
-from selfevo.policy import LoraSettings, PolicyStore  # noqa: E402
+from selfevo.loop import TrainerCfg
+from selfevo.optimizers import OPTIMIZERS, score
+from selfevo.policy import LoraSettings, PolicyStore
 
 MODEL = "smollm2-135m-instruct"
 

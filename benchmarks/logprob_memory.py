@@ -2,8 +2,8 @@
 (:func:`selfevo.policy.logprobs.chosen_logprobs`) against the plain full-vocabulary log-softmax
 (:func:`~selfevo.policy.logprobs.reference_chosen_logprobs`), on the same inputs.
 
-    .venv/bin/python benchmarks/logprob_memory.py                      # SmolLM2's head, 4,096 scored tokens, CPU
-    python benchmarks/logprob_memory.py --device cuda --tokens 16384 --vocab 128256 --hidden 4096 \\
+    .venv/bin/python -m benchmarks.logprob_memory                      # SmolLM2's head, 4,096 scored tokens, CPU
+    python -m benchmarks.logprob_memory --device cuda --tokens 16384 --vocab 128256 --hidden 4096 \\
         --dtype bfloat16 --out logprob_memory_8b_head                  # an 8B model's head (Llama 3), on a GPU
 
 Each path runs in a fresh process: the inputs are built (hidden states [tokens, hidden] that need a gradient, a
@@ -23,11 +23,9 @@ import argparse
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save  # noqa: E402
-from recipe_memory import PhasePeaks  # noqa: E402
+from benchmarks.common import machine, save
+from benchmarks.recipe_memory import PhasePeaks
 
 PATHS = ("chunked", "plain")
 
@@ -93,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     forwarded = [f"--{k}={getattr(args, k)}" for k in ("tokens", "vocab", "hidden", "dtype", "chunk", "device")]
     peaks = {}
     for path in PATHS:
-        done = subprocess.run([sys.executable, __file__, *forwarded, "--child", path], capture_output=True,
+        done = subprocess.run([sys.executable, "-m", __spec__.name, *forwarded, "--child", path], capture_output=True,
                               text=True)
         if done.returncode != 0:
             sys.exit(f"logprob_memory: the {path} path failed: {done.stderr.strip().splitlines()[-1:]}")

@@ -2,9 +2,9 @@
 benchmarks/results/main_job[_NAME].json with the command's wall time, the median, min and max step time, the time
 to the end of step 0, held-out accuracy first -> last, the resolved dtype and the CPU.
 
-    .venv/bin/python benchmarks/main_job.py                                  # runs it (about 27 min on 2 AVX2 cores)
-    .venv/bin/python benchmarks/main_job.py --name before trainer.max_steps=3 data.tasks=[] ...   # other keys
-    .venv/bin/python benchmarks/main_job.py --run-dir runs/comas --wall-s 1632   # a run made by hand: its record
+    .venv/bin/python -m benchmarks.main_job                                  # runs it (about 27 min on 2 AVX2 cores)
+    .venv/bin/python -m benchmarks.main_job --name before trainer.max_steps=3 data.tasks=[] ...   # other keys
+    .venv/bin/python -m benchmarks.main_job --run-dir runs/comas --wall-s 1632   # a run made by hand: its record
 
 Run it on a quiet machine: nothing else heavy beside it (the step times are the CPU's).
 """
@@ -19,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import save  # noqa: E402
+from benchmarks.common import save
 
 
 def record(run: Path, wall_s: float | None, argv: list[str]) -> dict:

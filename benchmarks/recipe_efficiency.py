@@ -1,6 +1,6 @@
 """How close a recipe's own steps come to a model of their work, the model calibrated in the same process.
 
-    .venv/bin/python benchmarks/recipe_efficiency.py [--recipe comas] [--tasks 32] [--steps 2] [--repeats 3]
+    .venv/bin/python -m benchmarks.recipe_efficiency [--recipe comas] [--tasks 32] [--steps 2] [--repeats 3]
         [--preset cpu] [--no-micro] [grid options] [key=value ...]
 
 Each repeat runs ``selfevo run RECIPE`` for ``--steps`` steps at ``trainer.tasks_per_step=--tasks`` and again at the
@@ -38,13 +38,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PeakRSS, gsm8k_prompts, machine, save  # noqa: E402
-from step_calibration import Grid, calibrate, check_config  # noqa: E402
-from step_model import measured_over_predicted, predict_rollout, predict_update  # noqa: E402
+from benchmarks.common import PeakRSS, gsm8k_prompts, machine, save
+from benchmarks.step_calibration import Grid, calibrate, check_config
+from benchmarks.step_model import measured_over_predicted, predict_rollout, predict_update
 
-from selfevo import cli  # noqa: E402
-from selfevo.errors import SelfevoError  # noqa: E402
+from selfevo import cli
+from selfevo.errors import SelfevoError
 
 PREDICTED = ("rollout_predicted_s", "update_predicted_s", "rollout_measured_over_predicted",
              "update_measured_over_predicted", "predicted_prefill_s", "predicted_decode_s", "predicted_train_s",
@@ -71,7 +70,7 @@ def micro_rollout(prompts: int = 32, tokens: int = 128) -> float:
 
 def micro_train(seqs: int = 32, length: int = 256, micro_batch: int = 8) -> float:
     """``train_step.py``'s tok/s: one PolicyStore step (clipped loss, forward + backward + AdamW)."""
-    from train_step import MODEL, make_batch, selfevo_step
+    from benchmarks.train_step import MODEL, make_batch, selfevo_step
 
     from selfevo.policy import PolicyStore
 

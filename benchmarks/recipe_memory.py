@@ -1,6 +1,6 @@
 """Peak resident memory of one cpu-preset step of each recipe, per phase of the step.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/recipe_memory.py [--recipes comas sage maestro grpo azr mae]
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.recipe_memory [--recipes comas sage maestro grpo azr mae]
                                                                    [--out NAME] [key=value ...]
 
 Each recipe runs in a fresh process: ``selfevo run RECIPE trainer.max_steps=1 output_dir=<tmp> key=value ...``
@@ -33,8 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save  # noqa: E402
+from benchmarks.common import machine, save
 
 RECIPES = ("comas", "sage", "maestro", "grpo", "azr", "mae")
 PHASES = ("load", "eval", "rollout", "reward", "update", "checkpoint", "step", "other")
@@ -169,8 +168,8 @@ def main() -> None:
         return
     rows, failed = {}, {}
     for recipe in args.recipes:  # one fresh process each; a recipe that fails or is killed loses no other's row
-        out = subprocess.run([sys.executable, __file__, "--child", recipe, *args.overrides], capture_output=True,
-                             text=True)
+        out = subprocess.run([sys.executable, "-m", __spec__.name, "--child", recipe, *args.overrides],
+                             capture_output=True, text=True)
         if out.returncode != 0:
             why = out.stderr.strip().splitlines()[-1:] or [f"exit code {out.returncode}"]
             failed[recipe] = f"exit code {out.returncode}: {why[0][:300]}"

@@ -1,6 +1,6 @@
 """End-to-end RL step throughput: selfevo REINFORCE++ vs TRL's GRPOTrainer, same model, dtype, LoRA and budget.
 
-    .venv/bin/python benchmarks/rl_step_vs_trl.py [--steps 4] [--completions 8] [--tokens 128] [--dtype bfloat16]
+    .venv/bin/python -m benchmarks.rl_step_vs_trl [--steps 4] [--completions 8] [--tokens 128] [--dtype bfloat16]
         [--checkpointing on|off] [--no-shared-prompts] [--task gsm8k|arith] [--optimizer reinforce_pp|grpo]
         [--out rl_step_vs_trl]
 
@@ -23,24 +23,21 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import gsm8k_prompts, machine, save  # noqa: E402
+from benchmarks.common import gsm8k_prompts, machine, save
 
-from selfevo import models  # noqa: E402
-from selfevo.engines.hf import HFEngine  # noqa: E402
-from selfevo.policy import LoraSettings, PolicyStore, SeqBatch  # noqa: E402
-from selfevo.loop import TrainerCfg  # noqa: E402
-from selfevo.optimizers import OPTIMIZERS, Samples  # noqa: E402
-from selfevo.tasks import format_prompt, load_tasks  # noqa: E402
-from selfevo.types import Request, SamplingParams  # noqa: E402
-from selfevo.verifiers import verify  # noqa: E402
+from selfevo import models
+from selfevo.engines.hf import HFEngine
+from selfevo.policy import LoraSettings, PolicyStore, SeqBatch
+from selfevo.loop import TrainerCfg
+from selfevo.optimizers import OPTIMIZERS, Samples
+from selfevo.tasks import format_prompt, load_tasks
+from selfevo.types import Request, SamplingParams
+from selfevo.verifiers import verify
 
 MODEL = "smollm2-135m-instruct"
 PER_PROMPT = 4

@@ -1,6 +1,6 @@
 """Rollout throughput on the embedded model: 32 prompts × 128 new tokens, every engine path, one run.
 
-    .venv/bin/python benchmarks/rollout_throughput.py [--prompts 32] [--tokens 128] [--naive-prompts 4] [--repeats 3]
+    .venv/bin/python -m benchmarks.rollout_throughput [--prompts 32] [--tokens 128] [--naive-prompts 4] [--repeats 3]
 
 Keys: naive_hf_tok_s (transformers generate, one request at a time), hf_base_tok_s, hf_multi_lora_tok_s (4 adapters
 mixed in one batch), vllm_base_tok_s, vllm_multi_lora_tok_s, default_engine / default_multi_lora_tok_s (the path the
@@ -15,20 +15,17 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PeakRSS, gsm8k_prompts, machine, save  # noqa: E402
+from benchmarks.common import PeakRSS, gsm8k_prompts, machine, save
 
-from selfevo.config import EngineCfg  # noqa: E402
-from selfevo.engines import make_engine  # noqa: E402
-from selfevo.engines.base import render_prompt  # noqa: E402
-from selfevo.policy import PolicyStore  # noqa: E402
-from selfevo.types import Request, SamplingParams  # noqa: E402
+from selfevo.config import EngineCfg
+from selfevo.engines import make_engine
+from selfevo.engines.base import render_prompt
+from selfevo.policy import PolicyStore
+from selfevo.types import Request, SamplingParams
 
 MODEL = "smollm2-135m-instruct"
 AGENTS = ["a0", "a1", "a2", "a3"]

@@ -1,6 +1,6 @@
 """What a SAGE run admitted to its question pool, and what a stricter look says about it.
 
-    python benchmarks/sage_admission.py RUN_DIR [RUN_DIR ...] [--out benchmarks/results/sage_admission.json]
+    python -m benchmarks.sage_admission RUN_DIR [RUN_DIR ...] [--out benchmarks/results/sage_admission.json]
 
 Per run (from ``episodes.jsonl``): the challenge episodes and their admission reasons; the admitted items; how
 many of those got their quality score s_q from a Critic score of 1 (Eq. 2 read literally maps 1 to 1.0); how many

@@ -20,23 +20,20 @@ One timing per grid point (``repeats`` to take the minimum of more), after one w
 from __future__ import annotations
 
 import random
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_model import Calibration, Table  # noqa: E402
+from benchmarks.step_model import Calibration, Table
 
-from selfevo.engines import build_engine, kvcache  # noqa: E402
-from selfevo.engines.hf import HFEngine, _Lane  # noqa: E402
-from selfevo.loop import build  # noqa: E402
-from selfevo.optimizers.base import policy_step, score  # noqa: E402
-from selfevo.optimizers.trainer import TrainerCfg  # noqa: E402
-from selfevo.policy import SeqBatch  # noqa: E402
-from selfevo.types import Request, SamplingParams  # noqa: E402
+from selfevo.engines import build_engine, kvcache
+from selfevo.engines.hf import HFEngine, _Lane
+from selfevo.loop import build
+from selfevo.optimizers.base import policy_step, score
+from selfevo.optimizers.trainer import TrainerCfg
+from selfevo.policy import SeqBatch
+from selfevo.types import Request, SamplingParams
 
 OPTIMIZER_ROW = 16  # tokens of the one-row step that prices an optimizer step
 

@@ -1,6 +1,6 @@
 """One LoRA policy-gradient update of the policy store on the embedded model: 32 sequences × 256 tokens.
 
-    .venv/bin/python benchmarks/train_step.py [--seqs 32] [--len 256] [--micro-batch 8] [--repeats 2]
+    .venv/bin/python -m benchmarks.train_step [--seqs 32] [--len 256] [--micro-batch 8] [--repeats 2]
                                               [--dtype bfloat16|float32] [--checkpointing-cost]
 
 Keys: train_tok_s (selfevo: PolicyStore.step with a REINFORCE++-style clipped loss, forward + backward + AdamW),
@@ -19,18 +19,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PeakRSS, machine, save  # noqa: E402
+from benchmarks.common import PeakRSS, machine, save
 
-from selfevo import models  # noqa: E402
-from selfevo.optimizers.objectives import count_tokens, ppo_clip_loss, token_mean  # noqa: E402
-from selfevo.policy import PolicyStore, SeqBatch  # noqa: E402
+from selfevo import models
+from selfevo.optimizers.objectives import count_tokens, ppo_clip_loss, token_mean
+from selfevo.policy import PolicyStore, SeqBatch
 
 MODEL = "smollm2-135m-instruct"
 
@@ -89,7 +86,7 @@ def naive_model():
 
 def checkpointing_cost(args, batch: SeqBatch, adv: torch.Tensor) -> dict:
     """Interleaved off/on pairs of the same update on one store; peak RSS per mode (VmHWM reset per step)."""
-    from recipe_memory import PhasePeaks
+    from benchmarks.recipe_memory import PhasePeaks
 
     from selfevo.heap import trim
 

@@ -1,6 +1,6 @@
 """Operations one update dispatches: what bounds it where each operation costs a launch (a GPU at small models).
 
-    .venv/bin/python benchmarks/update_ops.py [--layers 30] [--prompts 8] [--per-prompt 8] [--micro-batches 8 64]
+    .venv/bin/python -m benchmarks.update_ops [--layers 30] [--prompts 8] [--per-prompt 8] [--micro-batches 8 64]
                                               [--out update_ops]
 
 One GRPO update (KL to the base as a loss term, gradient checkpointing, shared-prompt packing: the trainer's
@@ -17,20 +17,18 @@ from __future__ import annotations
 import argparse
 import collections
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import grpo_samples, machine, save  # noqa: E402
+from benchmarks.common import grpo_samples, machine, save
 
-from selfevo import models  # noqa: E402
-from selfevo.optimizers import OPTIMIZERS, Samples  # noqa: E402
-from selfevo.optimizers.trainer import TrainerCfg  # noqa: E402
-from selfevo.policy import LoraSettings, PolicyStore  # noqa: E402
+from selfevo import models
+from selfevo.optimizers import OPTIMIZERS, Samples
+from selfevo.optimizers.trainer import TrainerCfg
+from selfevo.policy import LoraSettings, PolicyStore
 
 
 class Count(TorchDispatchMode):

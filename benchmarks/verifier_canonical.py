@@ -14,7 +14,7 @@ Each task goes through the same calls as ``verify_code`` (``extract_code`` -> ``
 inside its steps (process start, isolation, config transfer, loading the program, reporting), summed and divided
 by the number of tests (``sandbox_overhead_ms_per_test``), and its mean and median per job.
 
-Usage: ``python benchmarks/verifier_canonical.py [--data-root ../shared/data] [--limit N] [--workers 1]``.
+Usage: ``python -m benchmarks.verifier_canonical [--data-root ../shared/data] [--limit N] [--workers 1]``.
 Prints one JSON line and saves it to ``benchmarks/results/verifier_canonical.json``.
 """
 from __future__ import annotations
@@ -27,13 +27,13 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
-from selfevo.types import Task  # noqa: E402
-from selfevo.verifiers.code import (build_steps, evalplus_data, evalplus_tasks, extract_code, lcb_task,  # noqa: E402
+from selfevo.types import Task
+from selfevo.verifiers.code import (build_steps, evalplus_data, evalplus_tasks, extract_code, lcb_task,
                                     limits_for, program_prefix, verdict_from)
-from selfevo.verifiers.sandbox import run_program  # noqa: E402
+from selfevo.verifiers.sandbox import run_program
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def read_jsonl_gz(path: str) -> list[dict]:

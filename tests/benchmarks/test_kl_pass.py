@@ -2,13 +2,13 @@
 import json
 import sys
 
-from helpers.ablations import load_benchmark
+from benchmarks import common
+from benchmarks import kl_pass as kp
 
 
 def test_kl_pass_alternates_both_forms_and_writes_medians(monkeypatch, tmp_path):
-    kp = load_benchmark("kl_pass", monkeypatch)
     monkeypatch.setattr(kp, "MODEL", "tiny-random")
-    monkeypatch.setattr(sys.modules["common"], "RESULTS", tmp_path)
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
     monkeypatch.setattr(sys, "argv", ["kl_pass.py", "--prompts", "2", "--per-prompt", "2", "--repeats", "2"])
     kp.main()
     out = json.loads((tmp_path / "kl_pass.json").read_text())

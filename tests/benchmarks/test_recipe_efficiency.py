@@ -2,30 +2,11 @@
 arguments, and (slow) the whole script on the tiny model with tiny grids."""
 import json
 import math
-import sys
 
 import pytest
 
-from helpers.paths import ROOT
-
-
-
-def _load_script():
-    """Import benchmarks/recipe_efficiency.py with its own ``common`` (benchmarks/ablations has another module of
-    that name, which the ablation tests import): the one found first is restored afterwards."""
-    saved = sys.modules.pop("common", None)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import recipe_efficiency
-    finally:
-        sys.modules.pop("common", None)
-        if saved is not None:
-            sys.modules["common"] = saved
-    return recipe_efficiency
-
-
-re_ = _load_script()
-from step_model import Calibration, Table  # noqa: E402
+from benchmarks import recipe_efficiency as re_
+from benchmarks.step_model import Calibration, Table
 
 CAL = Calibration(4, Table(((1, 8), (64, 256)), ((0.1, 0.3), (0.5, 1.7))), Table(((1, 4), (100, 300)),
                   ((1.0, 2.0), (3.0, 4.0))), Table(((128, 256),), (1.0, 2.0)), Table(((128, 256),), (0.3, 0.6)), 0.5)

@@ -1,38 +1,16 @@
 """benchmarks/recipe_memory.py: a phase's peak resident size is credited to that phase alone, and a recipe step on
 the tiny model is measured phase by phase with the loop's own methods restored afterwards."""
-import importlib.util
 import json
 import platform
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import helpers.golden_engine  # noqa: F401  (registers engine "golden")
-from helpers.paths import ROOT
+from benchmarks import recipe_memory as rm
 
 pytestmark = pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self")
-
-
-def _load():
-    """The script, with its own ``common`` (benchmarks/ablations has a module of the same name, which other tests
-    load first); sys.path and sys.modules as they were afterwards."""
-    other = sys.modules.pop("common", None)
-    path = list(sys.path)
-    try:
-        spec = importlib.util.spec_from_file_location("bench_recipe_memory", ROOT / "benchmarks" / "recipe_memory.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path[:] = path
-        sys.modules.pop("common", None)
-        if other is not None:
-            sys.modules["common"] = other
-
-
-rm = _load()
 
 
 def test_a_peak_counts_for_the_phase_it_happened_in():

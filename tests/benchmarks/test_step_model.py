@@ -1,13 +1,9 @@
 """benchmarks/step_model.py: the tables' interpolation and the step's predicted time, on hand-worked numbers."""
 import math
-import sys
 
 import pytest
 
-from helpers.paths import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from step_model import Calibration, Table, measured_over_predicted, predict_rollout, predict_update  # noqa: E402
+from benchmarks.step_model import Calibration, Table, measured_over_predicted, predict_rollout, predict_update
 
 # D(rows, keys) = 1 + 2·rows + 0.01·keys + 0.001·rows·keys on the grid rows (1, 4) × keys (100, 300)
 DECODE = Table(((1, 4), (100, 300)), ((1 + 2 + 1 + 0.1, 1 + 2 + 3 + 0.3), (1 + 8 + 1 + 0.4, 1 + 8 + 3 + 1.2)))

@@ -5,13 +5,12 @@ import platform
 
 import pytest
 
-from helpers.ablations import load_benchmark
+from benchmarks import train_step as ts
 
 pytestmark = pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self")
 
 
 def test_checkpointing_cost_times_both_modes_in_pairs_and_restores_nothing_it_should_not(monkeypatch):
-    ts = load_benchmark("train_step", monkeypatch)
     monkeypatch.setattr(ts, "MODEL", "tiny-random")
     batch, adv = ts.make_batch(4, 48)
     out = ts.checkpointing_cost(argparse.Namespace(dtype="float32", micro_batch=2, repeats=2), batch, adv)
