@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from selfevo.config import opt
 from selfevo.interaction import Episode, ask
 from selfevo.loop import Loop, Phase, RunCfg, TrainerCfg, Update, checkpoint
-from selfevo.loop.pool import ItemBuffers
+from selfevo.algorithms.pool import ItemBuffers
 from selfevo.rewards import REWARD_SOURCES
 from selfevo.roles.azr import KINDS, AZRProposer, AZRSolver
 from selfevo.types import Task

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from selfevo.config import SamplingCfg, opt
 from selfevo.interaction import Episode, ask
 from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update, load_entries
-from selfevo.loop.pool import QuestionPool, admit_each, start_pool
+from selfevo.algorithms.pool import QuestionPool, admit_each, start_pool
 from selfevo.rewards import REWARD_SOURCES, RewardResult, labelled, weighted_sum
 from selfevo.rewards.formulas import mae_difficulty, mae_proposer_reward, sage_norm, soft_format_reward
 from selfevo.roles import get_role

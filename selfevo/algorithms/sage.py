@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, ask
 from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update
-from selfevo.loop.pool import QuestionPool, admit_each, start_pool
+from selfevo.algorithms.pool import QuestionPool, admit_each, start_pool
 from selfevo.rewards import REWARD_SOURCES
 from selfevo.rewards.formulas import sage_difficulty, sage_norm, sage_plan_gate
 from selfevo.roles import get_role

@@ -16,7 +16,7 @@ from helpers.paths import GOLDEN
 from selfevo import cli
 from selfevo.algorithms.azr import AZRProtocolCfg, Roles, propose_program, propose_tasks
 from selfevo.interaction import Episode, Turn
-from selfevo.loop.pool import ItemBuffers
+from selfevo.algorithms.pool import ItemBuffers
 from selfevo.rewards import REWARD_SOURCES
 from selfevo.rewards.formulas import azr_propose_reward, azr_reward, azr_solve_rate
 from selfevo.roles.azr import AZRProposer, AZRSolver

@@ -16,7 +16,7 @@ from selfevo import cli
 from selfevo.algorithms.mae import MAECfg, MAEProtocolCfg, admit, propose_program, reward_sources, solve_program
 from selfevo.config import load_config
 from selfevo.interaction import Episode, Turn, run_episodes
-from selfevo.loop.pool import QuestionPool
+from selfevo.algorithms.pool import QuestionPool
 from selfevo.rewards.formulas import mae_difficulty, mae_proposer_reward
 from selfevo.roles import RoleError, get_role
 from selfevo.types import Completion, Request, SamplingParams, Task

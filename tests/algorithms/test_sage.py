@@ -13,7 +13,7 @@ import pytest
 import helpers.sage_engine  # noqa: F401  (registers engine "sage_script")
 from helpers.paths import HELPERS, ROOT
 from selfevo import cli
-from selfevo.loop.pool import QuestionPool
+from selfevo.algorithms.pool import QuestionPool
 
 
 def seed_file(tmp_path: Path) -> Path:
@@ -147,7 +147,7 @@ def test_admitted_code_items_verify_again_through_selfevo_verify(tmp_path, capsy
 
 # ---- fidelity: Norm(1), duplicates, empty plans, Algorithm 1's order, invalid verifiers, what the pool admits ------
 from selfevo.algorithms.sage import Agents, SageProtocolCfg, admit, plan_solve_program  # noqa: E402
-from selfevo.loop.pool import pool_metrics  # noqa: E402
+from selfevo.algorithms.pool import pool_metrics  # noqa: E402
 from selfevo.interaction import Episode, Turn  # noqa: E402
 from selfevo.rewards import REWARD_SOURCES  # noqa: E402
 from selfevo.roles import get_role  # noqa: E402

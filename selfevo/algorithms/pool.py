@@ -1,5 +1,5 @@
-"""A growing question pool: training state of self-curriculum methods (SAGE, MAE); and :class:`ItemBuffers`,
-per-kind buffers of JSON items (AZR's triplet buffers).
+"""The recipes' curriculum state, beside the recipes that keep it: a growing question pool (SAGE, MAE) and
+:class:`ItemBuffers`, per-kind buffers of JSON items (AZR's triplet buffers).
 
 One item per JSONL line: ``id``, ``domain``, ``question``, ``origin`` ("seed" or "step k"), ``difficulty`` (the
 Solver's failure rate when the item was admitted; None for seed items), ``verifier``, and the item's verifier data —
@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from selfevo.loop import checkpoint
-
 from selfevo.tasks import TaskDataError
 from selfevo.tasks.base import jsonl_records
 from selfevo.types import Task
