@@ -24,9 +24,9 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("models, data, checks", ("selfevo.models", "selfevo.attention", "selfevo.verifiers", "selfevo.tasks")),
     ("agents and generation", ("selfevo.roles", "selfevo.interaction", "selfevo.engines", "selfevo.policy")),
     # config sits above the engines: its engine section checks engine.name against the engine registry
-    ("config, rewards, optimizers, shared episode programs",
-     ("selfevo.config", "selfevo.rewards", "selfevo.optimizers", "selfevo.protocols")),
-    # the inference setups sit below the loop and the recipes: a setup never uses training code
+    ("config, rewards, optimizers", ("selfevo.config", "selfevo.rewards", "selfevo.optimizers")),
+    # the inference setups sit below the loop and the recipes: a setup never uses training code (the MAESTRO rounds,
+    # selfevo.setups.maestro_rounds, are shared with the maestro recipe)
     ("inference setups", ("selfevo.setups",)),
     ("the training loop", ("selfevo.loop",)),
     ("recipes", ("selfevo.algorithms",)),
@@ -138,8 +138,8 @@ def test_the_checks_see_what_they_must():
     assert any(t == "selfevo.evaluation" and not top for t, _, top in IMPORTS["selfevo.cli"])
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
-    assert reached("selfevo.protocols.maestro", "selfevo.setups.base") == {"selfevo.setups.base", "selfevo.setups"}
+    assert reached("selfevo.algorithms.maestro", "selfevo.setups.base") == {"selfevo.setups.base", "selfevo.setups"}
     assert reached("selfevo.setups.maestro", "selfevo.setups.base") == {"selfevo.setups.base"}
-    assert floor_of("selfevo.algorithms.maestro") > floor_of("selfevo.setups.maestro") > floor_of("selfevo.protocols")
+    assert floor_of("selfevo.algorithms.maestro") > floor_of("selfevo.setups.maestro_rounds") > floor_of("selfevo.optimizers")
     assert floor_of("selfevo.setups.base") > floor_of("selfevo.rewards") > floor_of("selfevo.verifiers.voting")
     assert floor_of("selfevo.cli") > floor_of("selfevo.evaluation") > floor_of("selfevo.errors")

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from selfevo.protocols.maestro import RoundsCfg  # noqa: E402
+from selfevo.setups.maestro_rounds import RoundsCfg  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (as_runs, average, fmt_ci, mean_ci, per_seed, plot_bands, quarter, seconds_per_step,  # noqa: E402

@@ -11,7 +11,7 @@
     selfevo run maestro model.init_adapters=runs/m-sft/adapters/final trainer.kl_reference=initial output_dir=runs/m
 
 Paper: arXiv 2511.06134 (``papers/004``), Sec. 3 (Eq. 1-8), App. C.1. One step: the step's questions run through
-the MAESTRO rounds (:mod:`selfevo.protocols.maestro`, the same program as ``selfevo eval
+the MAESTRO rounds (:mod:`selfevo.setups.maestro_rounds`, the same program as ``selfevo eval
 setup=maestro_select``), N frozen execution agents (the base model; ``protocol.train_executors``: one adapter each,
 GRPO on the verifier reward of their candidates) × K candidates per round, R rounds; the greedy central output
 decides and broadcasts as at inference, and G more central outputs per slate are sampled for training (the slates
@@ -42,7 +42,7 @@ from selfevo.loop import DataCfg, EvalCfg, Loop, Phase, RunCfg, TrainerCfg, Upda
 from selfevo.loop.metrics import mean
 from selfevo.optimizers import OPTIMIZERS, ClpoCfg
 from selfevo.optimizers.clpo import CLPO_EPOCHS
-from selfevo.protocols.maestro import MaestroProtocol, RoundsCfg, maestro_metrics
+from selfevo.setups.maestro_rounds import MaestroProtocol, RoundsCfg, maestro_metrics
 from selfevo.rewards import build_sources, labelled, weighted_sum
 from selfevo.roles.maestro import central_spans
 from selfevo.tasks import load_tasks

@@ -5,7 +5,7 @@ A run directory (``selfevo run``) holds ``config.yaml``, ``run.json`` (one recor
 ``summary.json``, ``table.md`` and one ``<benchmark>-<setup>/`` folder per combination with ``results.json`` and
 ``items.jsonl`` (a single combination folder is accepted too). Problems are one-line :class:`ReportError`\\ s.
 MAESTRO runs and evals (episodes or items with round records) also get the flow of answers between rounds
-(:func:`selfevo.protocols.maestro.round_flows`), over all steps and per step for a run, per combination for an eval.
+(:func:`selfevo.setups.maestro_rounds.round_flows`), over all steps and per step for a run, per combination for an eval.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from selfevo.errors import SelfevoError
-from selfevo.protocols.maestro import round_flows
+from selfevo.setups.maestro_rounds import round_flows
 from selfevo.tasks import get_task_spec
 from selfevo.types import Task
 from selfevo.verifiers import verifier_names, verify

@@ -1,6 +1,6 @@
 """MAESTRO central selection, prompt only (no training): ``selfevo eval setup=maestro_select``.
 
-The rounds are the shared MAESTRO episode program (:mod:`selfevo.protocols.maestro`, also what
+The rounds are the shared MAESTRO episode program (:mod:`selfevo.setups.maestro_rounds`, also what
 ``selfevo run maestro`` collects its training slates with): per round, N execution agents × K candidates (ε-greedy
 base prompts; from round 2 each agent sees its own earlier solutions and the broadcast), then the central agent
 picks one from the slate shown in a seeded shuffled order, in the strict ``Reason / Chosen / Final`` format
@@ -9,16 +9,16 @@ recorded as a failure (``chosen`` None, ``select_parse_failure`` True) and count
 identification; only the round's output falls back to the first displayed candidate (``output_accuracy_r<t>``).
 
 Options (:class:`MaestroOptions`, listed by ``selfevo eval --help``): the rounds' settings, the same keys as
-``selfevo run maestro``'s ``protocol.*`` (:class:`~selfevo.protocols.maestro.RoundsCfg`: ``k`` (K),
+``selfevo run maestro``'s ``protocol.*`` (:class:`~selfevo.setups.maestro_rounds.RoundsCfg`: ``k`` (K),
 ``rounds`` (R), ``epsilon``, ``central_mode`` (``select``; ``gen`` = Central-Gen, ``gen_sc`` = Central-Gen+SC with
 ``sc_samples`` votes), ``view``, ``central_prefix``, ``central_chain`` / ``reason_tokens`` (small models: the
-selection in two stages, see :meth:`~selfevo.protocols.maestro.MaestroProtocol.chained_selection`), the
+selection in two stages, see :meth:`~selfevo.setups.maestro_rounds.MaestroProtocol.chained_selection`), the
 ``*_chars`` cuts (earlier solutions and candidates keep their *end*, where the answer is), ...), plus ``n_agents``
 (N), ``central_agent`` and ``slates`` (the ``items.jsonl`` of an earlier ``maestro_select`` eval with the same N
 and K: its round-1 candidates are replayed instead of generated, so every central agent is compared on the same
 slates).
 
-Metrics (:func:`~selfevo.protocols.maestro.maestro_metrics`): coverage p_t, identification q_t,
+Metrics (:func:`~selfevo.setups.maestro_rounds.maestro_metrics`): coverage p_t, identification q_t,
 accuracy and selection parse-failure rate per round and overall. Steps: 2·R. Sampling defaults: temperature 0.7,
 top-p 0.95 (App. C.1). Agents: execution agent i uses ``agents[i % len(agents)]``; the central agent is
 ``agents[central_agent]`` if set, else ``agents[N]`` when more than N agents are given (N executors + 1 central,
@@ -31,7 +31,7 @@ from functools import cached_property
 from typing import Any
 
 from selfevo.config import opt
-from selfevo.protocols.maestro import MaestroProtocol, RoundsCfg, maestro_metrics, read_replay
+from selfevo.setups.maestro_rounds import MaestroProtocol, RoundsCfg, maestro_metrics, read_replay
 from selfevo.setups.base import SETUPS, Episode, Setup, SetupError
 
 __all__ = ["MaestroOptions", "MaestroSelect"]

@@ -1,4 +1,4 @@
-"""The MAESTRO protocol (selfevo.protocols.maestro), shared by the recipe and the ``maestro_select`` setup: shape, one
+"""The MAESTRO rounds (selfevo.setups.maestro_rounds), shared by the recipe and the ``maestro_select`` setup: shape, one
 engine call per wave, broadcast, own history, shuffled slate, parse failures recorded, the chained selection of small
 models, metrics on hand-built slates, slates replayed from an eval's items, and coverage / identification."""
 import re
@@ -7,7 +7,7 @@ import pytest
 
 from helpers.maestro_engine import ScriptEngine, script
 from selfevo.interaction import Episode, Runner, Turn
-from selfevo.protocols.maestro import (STAGE2_STOP, MaestroProtocol, RoundsCfg, coverage_identification,
+from selfevo.setups.maestro_rounds import (STAGE2_STOP, MaestroProtocol, RoundsCfg, coverage_identification,
                                        maestro_metrics, round_flows, round_state, with_final)
 from selfevo.rewards import REWARD_SOURCES
 from selfevo.roles.base import Parsed
@@ -253,7 +253,7 @@ def test_replayed_slates_give_the_same_records_without_generating_candidates(tmp
     that generated them, with no candidate call; a task missing from the file is a one-line error."""
     import json
 
-    from selfevo.protocols.maestro import read_replay
+    from selfevo.setups.maestro_rounds import read_replay
 
     tasks = [add_task(i) for i in range(3)]
     engine0, first = run_protocol(tasks, rounds=1)

@@ -1,5 +1,6 @@
-"""The MAESTRO rounds (paper 004, Sec. 3.1-3.2) as ONE episode program, shared by ``selfevo run maestro`` (training
-data collection) and ``selfevo eval setup=maestro_select`` (inference).
+"""The MAESTRO rounds (paper 004, Sec. 3.1-3.2) as ONE episode program, shared by ``selfevo eval
+setup=maestro_select`` (inference, :mod:`selfevo.setups.maestro`) and ``selfevo run maestro`` (training data
+collection, :mod:`selfevo.algorithms.maestro`): it lives among the setups, the lower of the two floors.
 
 Per round t = 1..R, every episode (task) of the batch in lockstep, one engine call per wave:
 
