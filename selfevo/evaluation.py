@@ -25,7 +25,6 @@ import dataclasses
 import difflib
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -38,11 +37,11 @@ from selfevo.config import format_table as config_table
 from selfevo.engines import build_engine
 from selfevo.errors import ONE_LINE_ERRORS, OneLineParser
 from selfevo.loop.build import policy_store, seed_everything
-from selfevo.loop.memory import release_freed_memory
+from selfevo.loop.heldout import evaluate
 from selfevo.policy import LoraSettings
-from selfevo.setups import SETUPS, load_options, make_setup, option_names
-from selfevo.tasks import format_prompt, load_tasks, task_names
-from selfevo.types import SamplingParams, Task
+from selfevo.setups import SETUPS, load_options, option_names
+from selfevo.tasks import load_tasks, task_names
+from selfevo.types import SamplingParams
 
 TABLE_METRICS = ("coverage", "identification", "coverage_any", "select_parse_failures", "vote_agreement",
                  "unanimous_rate", "mean_assistant_turns", "mean_rounds", "mean_layers")
@@ -200,7 +199,8 @@ def setup_agents(name: str, agents: list[str | None], central: str | None, optio
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# One benchmark x setup
+# One benchmark x setup (run and scored by :func:`selfevo.loop.heldout.evaluate`, which the training loop's held-out
+# evaluation also runs)
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -210,48 +210,6 @@ def sampling_for(setup_cls, sampling) -> SamplingParams:
                           temperature=setup_cls.default_temperature if sampling.temperature is None
                           else sampling.temperature,
                           top_p=setup_cls.default_top_p if sampling.top_p is None else sampling.top_p)
-
-
-def evaluate(setup_name: str, tasks: Sequence[Task], engine, sampling: SamplingParams,
-             agents: Sequence[str | None] | None = None, seed: int = 0, options: dict[str, Any] | None = None,
-             out_dir: str | Path | None = None, progress: Callable[[str], None] | None = None,
-             verifier: Callable | None = None, meta: dict[str, Any] | None = None,
-             continuous: bool | None = None) -> dict[str, Any]:
-    """Run one setup on ``tasks``, score the final responses, and (with ``out_dir``) write results.json and
-    items.jsonl there. Returns the results.json record."""
-    setup = make_setup(setup_name, engine, sampling, agents=agents, seed=seed, verifier=verifier,
-                       progress=progress, continuous=continuous, **(options or {}))
-    start = time.perf_counter()
-    run = setup.run(tasks)
-    wall = time.perf_counter() - start
-    release_freed_memory()
-    items, correct, scores = [], 0, 0.0
-    for task, res in zip(tasks, run.results):
-        verdict = setup.verdict(task, res.final_response)
-        correct += verdict.score >= 1.0
-        scores += verdict.score
-        items.append({
-            "id": task.id, "prompt": format_prompt(task), "reference": task.reference,
-            "responses": res.turn_records(), "final_response": res.final_response,
-            "extracted": res.extracted, "verdict": dataclasses.asdict(verdict), "correct": verdict.score >= 1.0,
-            "info": res.info,
-        })
-    n = len(tasks)
-    tokens = sum(t["n_tokens"] for it in items for t in it["responses"])
-    record: dict[str, Any] = {
-        **(meta or {}), "setup": setup_name, "n": n, "accuracy": correct / n if n else None,
-        "mean_score": scores / n if n else None, **run.metrics, "steps": run.steps, "generations": run.generations,
-        "generated_tokens": tokens, "wall_time_s": round(wall, 2), "seed": seed, "agents": list(setup.agents),
-        "sampling": run.sampling, "options": run.options,
-    }
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
-        with open(out / "items.jsonl", "w") as handle:
-            for item in items:
-                handle.write(json.dumps(item, default=str) + "\n")
-    return record
 
 
 def _fmt(value: Any) -> str:
