@@ -4,6 +4,7 @@ submitit launcher through its local executor, and benchmarks/sweeps/smoke.yaml e
 middle, run again to the end, and ``--table`` rebuilding the same files byte for byte."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -382,11 +383,8 @@ def test_the_effect_sweeps_folders_rebuild_effect_jsons_rows():
 def test_convert_effect_writes_the_committed_folders(tmp_path):
     """benchmarks/sweeps/convert_effect.py, run again, gives the committed folders file for file, byte for byte;
     no run state (config.yaml, checkpoint, adapters) among them."""
-    import importlib.util
+    from benchmarks.sweeps import convert_effect
 
-    spec_ = importlib.util.spec_from_file_location("convert_effect", ROOT / "benchmarks/sweeps/convert_effect.py")
-    convert_effect = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(convert_effect)
     cfg, _ = _effect_sweep()
     convert_effect.convert(json.loads(EFFECT.read_text()), EFFECT_SWEEP, tmp_path)
     made = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
@@ -395,3 +393,85 @@ def test_convert_effect_writes_the_committed_folders(tmp_path):
     assert {p.relative_to(committed) for p in committed.rglob("*") if p.is_file()} - set(made) == {
         Path("table.json"), Path("table.md")}
     assert all(p.parts[-1] in ("summary.json", "items.jsonl") for p in made)
+
+
+def test_a_row_with_its_own_command_trains_with_it_and_is_finished_by_its_adapter(tmp_path, capsys):
+    rows = GOOD + """  trl:
+    recipe: grpo
+    preset: cpu-learn
+    command: [-m, benchmarks.sweeps.trl_grpo]
+    overrides: [trainer.max_steps=2]
+"""
+    path = _sweep_file(tmp_path, rows)
+    cfg, rows_cfg = spec.load_sweep(path)
+    (job,) = spec.plan(cfg, rows_cfg, ["trl"])
+    where = tmp_path / "out" / "trl" / "seed0"
+    train, evaluate = job.commands(python="py")
+    assert train == ["py", "-m", "benchmarks.sweeps.trl_grpo", "--preset", "cpu-learn", "trainer.max_steps=2",
+                     "seed=0", f"output_dir={where}"]
+    assert evaluate[1:4] == ["-m", "selfevo", "eval"] and f"adapters=[{where / 'adapters/final/agent0'}]" in evaluate
+    (where / "checkpoint").mkdir(parents=True)  # a selfevo checkpoint means nothing to another trainer: no resume
+    assert job.commands(python="py")[0] == train
+    (where / "adapters" / "final" / "agent0").mkdir(parents=True)
+    (where / "adapters" / "final" / "agent0" / "adapter_config.json").write_text("{}")
+    assert [c[3] for c in job.commands()] == ["eval"]  # its adapter is there: trained
+    assert cli.main(["sweep", str(path), "--dry-run", "--only", "trl"]) == 0
+    assert "  selfevo eval benchmark=arith" in capsys.readouterr().out
+    assert spec.shown(train) == f"python -m benchmarks.sweeps.trl_grpo --preset cpu-learn trainer.max_steps=2 " \
+                                f"seed=0 output_dir={where}"
+
+
+def test_a_file_another_row_writes_first_is_left_out_of_the_checks(tmp_path, capsys):
+    slates = tmp_path / "out" / "base" / "seed0" / "eval" / "arith-maestro_select" / "items.jsonl"
+    rows = GOOD.replace("base: {}", "base: {setup: maestro_select}") + f"""  replay:
+    setup: maestro_select
+    eval_set: [slates={slates}]
+"""
+    assert cli.main(["sweep", str(_sweep_file(tmp_path, rows)), "--dry-run"]) == 0
+    assert f"slates={slates}" in capsys.readouterr().out
+    assert spec.written_by_sweep(f"slates={slates}", tmp_path / "out")
+    assert not spec.written_by_sweep(f"output_dir={slates}", tmp_path / "out")
+    assert not spec.written_by_sweep(f"slates={tmp_path / 'elsewhere.jsonl'}", tmp_path / "out")
+    outside = rows.replace(f"slates={slates}", f"slates={tmp_path / 'elsewhere.jsonl'}")  # not the sweep's: checked
+    assert cli.main(["sweep", str(_sweep_file(tmp_path, outside)), "--dry-run"]) == 2
+    assert "cannot read slates=" in capsys.readouterr().err
+
+
+SWEEP_FILES = sorted((ROOT / "benchmarks" / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem, marks=[pytest.mark.slow] * (p.stem == "effect"))
+                                  for p in SWEEP_FILES])  # effect: 21 rows × 3 seeds, ~7 s
+def test_every_sweep_file_passes_its_dry_run_and_trains_nothing(path, monkeypatch, capsys):
+    """Each file under benchmarks/sweeps/: every row × seed's run config and evaluation keys are valid (the dry run
+    checks them all), and the dry run writes nothing (no run folder appears)."""
+    monkeypatch.chdir(ROOT)  # the files' output_dirs are relative to the repository root
+    cfg, rows = spec.load_sweep(path)
+    had = Path(cfg.output_dir).exists()
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail(f"the dry run started {a}"))
+    assert cli.main(["sweep", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert re.match(r"\d+ runs, \d+ with work left, in ", out)
+    assert all(f"\n{row} seed " in out for row in rows)
+    assert Path(cfg.output_dir).exists() == had
+
+
+def test_the_adapter_manifest_names_each_row_its_command_seed_and_hash():
+    """benchmarks/results/adapters.json: the seed-0 adapters behind docs/results.md left git; their command, seed and
+    SHA-256 (of the bf16 PEFT copy) stay; where a copy is on disk (benchmarks/results/adapters/<row>/, ignored) it is
+    the one hashed."""
+    import hashlib
+
+    manifest = json.loads((ROOT / "benchmarks" / "results" / "adapters.json").read_text())["adapters"]
+    record = json.loads(EFFECT.read_text())["methods"]
+    assert {a["row"] for a in manifest} == {"grpo", "trl_grpo", "sage", "sage_no_planner",
+                                            "comas_judge_1.0_lr5e-4_role"}
+    for a in manifest:
+        assert a["command"] == record[a["row"]]["per_seed"][str(a["seed"])]["command"], a["row"]
+        assert len(a["adapter_model.safetensors sha256"]) == 64
+        file = ROOT / "benchmarks" / "results" / "adapters" / a["row"] / "adapter_model.safetensors"
+        if file.exists():
+            assert hashlib.sha256(file.read_bytes()).hexdigest() == a["adapter_model.safetensors sha256"], a["row"]
+    tracked = subprocess.run(["git", "ls-files", "benchmarks/results/adapters"], cwd=ROOT, capture_output=True,
+                             text=True)
+    assert tracked.returncode != 0 or tracked.stdout == ""  # no adapter under git (outside a git checkout: moot)

@@ -1,8 +1,8 @@
-"""One-off: benchmarks/results/effect.json's rows (recorded by benchmarks/ablations/effect.py) as carried-over
+"""One-off: benchmarks/results/effect.json's rows (recorded before `selfevo sweep` existed) as carried-over
 evaluations in the folders ``selfevo sweep benchmarks/sweeps/effect.yaml`` reads, so that ``--table`` rebuilds the
 effect table from them without running anything.
 
-    .venv/bin/python benchmarks/sweeps/convert_effect.py      # writes OUT/<row>/seed<k>/eval/, OUT = the file's output_dir
+    .venv/bin/python -m benchmarks.sweeps.convert_effect      # writes OUT/<row>/seed<k>/eval/, OUT = the file's output_dir
     selfevo sweep benchmarks/sweeps/effect.yaml --table       # OUT/table.{md,json}
 
 Per row of the sweep file and seed: ``eval/summary.json`` (selfevo eval's record: benchmark, split, setup, n,

@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
         for job in jobs:
             print(f"{job.row} seed {job.seed}: {status(job)}")
             for cmd in job.commands():
-                print("  " + spec.shown(cmd[3:]))
+                print("  " + spec.shown(cmd))
         return 0
     if args.launcher == "slurm":
         failed = launch.run_submitit(todo, Path(cfg.output_dir) / "_submitit", parameters)

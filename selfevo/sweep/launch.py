@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from selfevo.config import ConfigError
 
-from .spec import Job
+from .spec import Job, shown
 
 SLURM_EXTRA = "submitit is not installed: pip install 'selfevo[slurm]' (the slurm extra) for --launcher slurm"
 
@@ -59,7 +59,7 @@ def run_commands(commands: Sequence[Sequence[str]], log: str, env: dict[str, str
             handle.flush()
             rc = subprocess.run(list(cmd), stdout=handle, stderr=subprocess.STDOUT, env=env).returncode
         if rc != 0:
-            return f"`{' '.join(cmd[2:])}` exited with {rc}"
+            return f"`{shown(cmd)}` exited with {rc}"
     return None
 
 

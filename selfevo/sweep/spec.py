@@ -71,6 +71,9 @@ class RowCfg:
     recipe: str | None = opt(None, "the recipe to train (null: an evaluation-only row)", choices=_recipe_names)
     preset: str | None = opt(None, "the recipe's preset or a .yaml path (null: the recipe's default)")
     overrides: list[str] = opt([], "key=value overrides of the run (seed and output_dir are the sweep's)")
+    command: list[str] = opt([], "python arguments of a training other than selfevo run (e.g. [-m, "
+                                 "benchmarks.sweeps.trl_grpo]), given selfevo run's arguments after them ([--preset P] "
+                                 "overrides seed=k output_dir=DIR); finished when its adapter is there")
     adapter: str = opt("adapters/final/agent0", "the adapter evaluated, relative to the run directory")
     adapter_key: str = opt("adapters", "the selfevo eval key that loads it (central_adapter: a MAESTRO central "
                                        "agent)", choices=("adapters", "central_adapter"))
@@ -104,6 +107,7 @@ class Job:
     eval: tuple[str, ...] = ()
     max_steps: int | None = None
     adapter: str = ""
+    command: tuple[str, ...] = ()  # a training other than selfevo run: python's arguments before ``train``
 
     @property
     def eval_dir(self) -> Path:
@@ -114,6 +118,8 @@ class Job:
         step (a run killed between the two is resumed, which then only exports what is missing)."""
         if not self.train:
             return True
+        if self.command:  # another trainer: its own checkpoints, its adapter written last
+            return (self.dir / self.adapter / "adapter_config.json").exists()
         from selfevo.loop import checkpoint
 
         state = checkpoint.read_file(self.dir, "state.json")
@@ -128,11 +134,14 @@ class Job:
         return (self.eval_dir / "summary.json").exists() and not carried_over(self.eval_dir)
 
     def commands(self, python: str = sys.executable) -> list[list[str]]:
-        """What is left to do: the training (with resume=true where a checkpoint is there), then the evaluation."""
+        """What is left to do: the training (with resume=true where a checkpoint is there; a row's own ``command``
+        resumes by itself), then the evaluation."""
         from selfevo.loop import checkpoint
 
         todo = []
-        if not self.trained():
+        if self.command and not self.trained():
+            todo.append([python, *self.command, *self.train])
+        elif not self.trained():
             resume = ["resume=true"] if checkpoint.exists(self.dir) else []
             todo.append([python, "-m", "selfevo", *self.train, *resume])
         if not self.evaluated():
@@ -215,12 +224,22 @@ def eval_keys(cfg: DictConfig, row: DictConfig, seed: int, out: Path, backbones:
     return [*keys, f"output_dir={out}"]
 
 
-def check_eval(keys: list[str], adapter: bool) -> None:
-    """``selfevo eval --dry-run``'s checks of ``keys``; a trained row's adapter (not there before its run) is left
-    out of them, and its setup checked to take it."""
+def written_by_sweep(key: str, out: Path) -> bool:
+    """Whether ``key=value`` names a file inside the sweep's ``out`` that is not there yet: one a row of the sweep
+    writes first (the slates of a ``maestro_select`` row that others replay), not checkable before it runs."""
+    name, _, value = key.partition("=")
+    path = Path(value)
+    return name != "output_dir" and not path.exists() and Path(out).resolve() in path.resolve().parents
+
+
+def check_eval(keys: list[str], adapter: bool, out: Path | None = None) -> None:
+    """``selfevo eval --dry-run``'s checks of ``keys``; a trained row's adapter (not there before its run) and a
+    file the sweep writes in ``out`` before this row (:func:`written_by_sweep`) are left out of them, and a trained
+    row's setup checked to take its adapter."""
     from selfevo.evaluation import EvalError, load_eval_config
 
-    given = [k for k in keys if not (adapter and k.startswith(("adapters=", "central_adapter=")))]
+    given = [k for k in keys if not (adapter and k.startswith(("adapters=", "central_adapter=")))
+             and not (out is not None and written_by_sweep(k, out))]
     cfg, _ = load_eval_config(given)
     if adapter and any(k.startswith("central_adapter=") for k in keys) and "maestro_select" not in cfg.setup:
         raise EvalError("adapter_key=central_adapter is the central agent of setup=maestro_select, which the row "
@@ -287,22 +306,24 @@ def plan(cfg: DictConfig, rows: dict[str, DictConfig], names: Sequence[str],
             where = out / name / f"seed{seed}"
             if row.recipe is None:
                 keys = eval_keys(cfg, row, seed, where / "eval", cfg.eval.backbones, None)
-                check_eval(keys, adapter=False)
+                check_eval(keys, adapter=False, out=out)
                 check_same_eval(where / "eval", cfg, row, seed)
                 jobs.append(Job(name, seed, where, eval=("eval", *keys)))
                 continue
             run = run_config(row, seed, where)
             check_same_run(where, run)
             keys = eval_keys(cfg, row, seed, where / "eval", list(run.model.backbones), where / row.adapter)
-            check_eval(keys, adapter=True)
+            check_eval(keys, adapter=True, out=out)
             check_same_eval(where / "eval", cfg, row, seed)
-            train = ("run", row.recipe, *(["--preset", row.preset] if row.preset else []), *row.overrides,
-                     f"seed={seed}", f"output_dir={where}")
-            jobs.append(Job(name, seed, where, train, ("eval", *keys), run.trainer.max_steps, row.adapter))
+            args = (*(["--preset", row.preset] if row.preset else []), *row.overrides, f"seed={seed}",
+                    f"output_dir={where}")
+            train = args if row.command else ("run", row.recipe, *args)
+            jobs.append(Job(name, seed, where, train, ("eval", *keys), run.trainer.max_steps, row.adapter,
+                            tuple(row.command)))
     return jobs
 
 
-def shown(args: Sequence[str]) -> str:
-    """A command as the user types it: ``selfevo run grpo ...``."""
-    return "selfevo " + " ".join(args)
+def shown(cmd: Sequence[str]) -> str:
+    """A command as the user types it: ``selfevo run grpo ...`` (``python -m ...`` for a row's own command)."""
+    return ("selfevo " + " ".join(cmd[3:])) if list(cmd[1:3]) == ["-m", "selfevo"] else "python " + " ".join(cmd[1:])
 

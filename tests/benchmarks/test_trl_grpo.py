@@ -1,5 +1,5 @@
-"""benchmarks/ablations/grpo_vs_trl.py's TRL run resumes: a run stopped after one step and started again ends with
-the adapter and step lines of a run that went straight through (tiny random model, 2 steps)."""
+"""benchmarks/sweeps/trl_grpo.py (the effect sweep's trl_grpo row) resumes: a run stopped after one step and started
+again ends with the adapter and step lines of a run that went straight through (tiny random model, 2 steps)."""
 import json
 import os
 
@@ -7,16 +7,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers.ablations import load as _load
-
-grpo_vs_trl = _load("grpo_vs_trl")
+from benchmarks.sweeps import trl_grpo
 
 TINY = ["model.backbones=[tiny-random]", "model.dtype=float32", "trainer.tasks_per_step=2", "trainer.prompt_reuse=2",
         "trainer.micro_batch=2", "sampling.max_new_tokens=6", "data.limit=8"]
 
 
 def _run(out, steps):
-    grpo_vs_trl.trl_main(out, 0, [*TINY, f"trainer.max_steps={steps}"])
+    trl_grpo.main(["--preset", "cpu-learn", *TINY, f"trainer.max_steps={steps}", "seed=0", f"output_dir={out}"])
 
 
 def _steps(out):
@@ -37,14 +35,15 @@ def test_a_stopped_trl_run_continues_where_it_stopped(tmp_path, monkeypatch):
     monkeypatch.setattr("selfevo.verifiers.verify", lambda task, text: _Verdict(text))
     _run(tmp_path / "straight", 2)
     _run(tmp_path / "stopped", 1)
-    first = grpo_vs_trl.last_checkpoint(tmp_path / "stopped" / "trainer")
-    assert grpo_vs_trl.checkpoint_step(first) == 1
+    first = trl_grpo.last_checkpoint(tmp_path / "stopped" / "trainer")
+    assert trl_grpo.checkpoint_step(first) == 1
     one_step = load_file(str(first / "adapter_model.safetensors"))
     with (tmp_path / "stopped" / "metrics.jsonl").open("a") as f:  # a line written after the checkpoint: dropped
         f.write(json.dumps({"step": 1}) + "\n")
     _run(tmp_path / "stopped", 2)
     assert _steps(tmp_path / "stopped") == _steps(tmp_path / "straight") == [0, 1]
-    a, b = (load_file(str(tmp_path / d / "adapter" / "adapter_model.safetensors")) for d in ("straight", "stopped"))
+    a, b = (load_file(str(tmp_path / d / trl_grpo.ADAPTER / "adapter_model.safetensors"))
+            for d in ("straight", "stopped"))
     assert a.keys() == b.keys() and a
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6)
@@ -53,9 +52,9 @@ def test_a_stopped_trl_run_continues_where_it_stopped(tmp_path, monkeypatch):
 
 
 def test_no_checkpoint_means_a_fresh_start(tmp_path):
-    assert grpo_vs_trl.last_checkpoint(tmp_path / "missing") is None
+    assert trl_grpo.last_checkpoint(tmp_path / "missing") is None
     (tmp_path / "checkpoint-3").mkdir()  # no trainer_state.json: an interrupted save
     (tmp_path / "checkpoint-2").mkdir()
     (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
-    assert grpo_vs_trl.last_checkpoint(tmp_path).name == "checkpoint-2"
-    assert grpo_vs_trl.checkpoint_step(None) == 0
+    assert trl_grpo.last_checkpoint(tmp_path).name == "checkpoint-2"
+    assert trl_grpo.checkpoint_step(None) == 0
