@@ -72,7 +72,7 @@ def dpo_update(loop: Loop, episodes: list[Episode], agent: str = "default") -> d
                          max_grad_norm=t.max_grad_norm, lr_scheduler_type="constant", gradient_checkpointing=False,
                          bf16=False, use_cpu=model.device.type == "cpu", seed=loop.cfg.seed, save_strategy="no")
         (trainer := DPOTrainer(model, args=args, train_dataset=Dataset.from_list(pairs), processing_class=tokenizer,
-                               optimizers=(loop.store.optimizer(agent), None))).train()
+                               optimizers=(loop.store.adamw(agent), None))).train()
     return {agent: [h for h in trainer.state.log_history if "loss" in h][-1]}  # loss, rewards/margins, ...
 
 

@@ -26,16 +26,19 @@ fragment it (the cpu step's update peaked at 3.89 GiB; 2.05 GiB with the thresho
 :func:`layer_threshold` follows the micro-batch instead: 7/8 of one layer block's bytes, between 1 MB and 8 MB, so
 the blocks the size of a layer's input are mapped whatever the rows and widths, and the smaller ones still come
 from the heap. The store sets it before each training forward and restores its own after the update
-(``PolicyStore(heap_threshold=...)``; ``build.policy_store`` passes it with ``trainer.map_layer_blocks``). Its
+(:class:`LayerBlocks`, ``StoreSettings(heap_threshold=...)``; ``build.policy_store`` sets it with
+``trainer.map_layer_blocks``). Its
 price is a page fault per fresh page of every mapped block: a MAESTRO-like update 1.54x slower
 (``benchmarks/heap_threshold.py``), so it is off by default and on in MAESTRO's cpu preset.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import os
+from typing import Iterator
 
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 MMAP_THRESHOLD = 8 << 20  # bytes: blocks of at least 8 MB get their own mapping (see the module doc)
@@ -80,3 +83,29 @@ def layer_threshold(block_bytes: int, cap: int = MMAP_THRESHOLD, floor: int = MI
     if block_bytes < 0 or floor <= 0 or cap <= 0:
         raise ValueError(f"need block_bytes >= 0, floor > 0 and cap > 0, got {block_bytes}, {floor}, {cap}")
     return max(min(floor, cap), min(cap, block_bytes * 7 // 8))
+
+
+class LayerBlocks:
+    """glibc's mmap threshold following each training forward's layer blocks (:func:`layer_threshold`, capped at
+    ``cap`` bytes), set back to ``cap`` when an update ends; ``cap`` None leaves the process's malloc alone. The
+    policy store keeps one (``StoreSettings.heap_threshold``): :meth:`fit` before a forward whose layer inputs are
+    kept for the backward pass, :meth:`restored` around an update."""
+
+    def __init__(self, cap: int | None):
+        if cap is not None and cap <= 0:
+            raise ValueError(f"cap must be None or > 0 bytes, got {cap}")
+        self.cap = cap
+
+    def fit(self, block_bytes: int) -> None:
+        """Map blocks the size of one layer's input of ``block_bytes`` (rows × tokens × hidden × bytes per value)."""
+        if self.cap:
+            map_large_blocks(layer_threshold(block_bytes, cap=self.cap))
+
+    @contextlib.contextmanager
+    def restored(self) -> Iterator[None]:
+        """The threshold back at ``cap`` when the block closes, however it closes."""
+        try:
+            yield
+        finally:
+            if self.cap:
+                map_large_blocks(self.cap)

@@ -150,9 +150,9 @@ def local(path: str, work: Path) -> str:
 
 
 def make_adapter(path: Path) -> None:
-    from selfevo.policy import LoraSettings, PolicyStore
+    from selfevo.policy import LoraSettings, PolicyStore, StoreSettings
 
-    store = PolicyStore(dtype="float32", lora=LoraSettings(r=4, alpha=8))
+    store = PolicyStore(StoreSettings(dtype="float32", lora=LoraSettings(r=4, alpha=8)))
     store.add_agent("a", TINY)
     store.save_adapter("a", path)
 

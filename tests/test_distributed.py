@@ -88,17 +88,18 @@ def _store_run(out: Path) -> None:
     """One SGD step (lr 1) of agent a0 over 7 rows (groups of 2) and of a1 over 1 row, and a score of the batch."""
     from selfevo.optimizers import score
     from selfevo.optimizers.objectives import count_tokens, token_mean
-    from selfevo.policy import LoraSettings, PolicyStore
+    from selfevo.policy import LoraSettings, PolicyStore, StoreSettings
 
     torch.manual_seed(0)
-    store = PolicyStore(dtype="float32", lora=LoraSettings(r=4, alpha=8), micro_batch=2, max_grad_norm=0.5)
+    store = PolicyStore(StoreSettings(dtype="float32", lora=LoraSettings(r=4, alpha=8), micro_batch=2,
+                                      max_grad_norm=0.5))
     for agent in ("a0", "a1"):
         store.add_agent(agent, "tiny-random")
     gen = torch.Generator().manual_seed(1)
     for agent in ("a0", "a1"):
         for p in store.adapter_params(agent):
             p.data.copy_(torch.randn(p.shape, generator=gen) * 0.3)  # B ≠ 0: both A and B get gradients
-        store.optimizers[agent] = torch.optim.SGD(store.adapter_params(agent), lr=1.0)
+        store.adamws[agent] = torch.optim.SGD(store.adapter_params(agent), lr=1.0)
     vocab = 200
     ids = torch.randint(3, vocab, (7, 12), generator=gen).tolist()
     batch = SeqBatch.build([x[:3] for x in ids], [x[3:3 + n] for x, n in zip(ids, (9, 2, 5, 7, 1, 4, 8))], 0)
@@ -106,8 +107,8 @@ def _store_run(out: Path) -> None:
     n = count_tokens([batch.loss_mask])
     scored = score(store, "a0", batch)
     before = {a: [p.detach().clone() for p in store.adapter_params(a)] for a in ("a0", "a1")}
-    stats = [store.step("a0", batch, lambda logp, mb: token_mean(-logp * mb.extras["w"], mb.loss_mask, n)),
-             store.step("a1", batch.rows([4]), lambda logp, mb: token_mean(-logp, mb.loss_mask, 1.0))]
+    stats = [store.update("a0", batch, lambda logp, mb: token_mean(-logp * mb.extras["w"], mb.loss_mask, n)),
+             store.update("a1", batch.rows([4]), lambda logp, mb: token_mean(-logp, mb.loss_mask, 1.0))]
     delta = {a: [p.detach() - q for p, q in zip(store.adapter_params(a), before[a])] for a in ("a0", "a1")}
     torch.save({"delta": delta, "stats": stats, "score": scored}, out)
 

@@ -45,7 +45,7 @@ def test_update_on_cuda_takes_the_cpu_step(make_store):
     b = SeqBatch.build([[5, 6, 7], [9], [4, 4]], [[8, 9], [1, 2, 3, 4], [6]], 2)
     loss = lambda logp, mb, ent: -(logp * mb.loss_mask).sum() / 7 - 0.1 * (ent * mb.loss_mask).sum() / 7  # noqa
     cpu, gpu = _stores(make_store, ("a0",), micro_batch=2)
-    stats = [s.step("a0", b, loss, entropy=True) for s in (cpu, gpu)]
+    stats = [s.update("a0", b, loss, entropy=True) for s in (cpu, gpu)]
     assert stats[1]["loss"] == pytest.approx(stats[0]["loss"], rel=1e-4)
     assert stats[1]["grad_norm"] == pytest.approx(stats[0]["grad_norm"], rel=1e-3)
     after = [torch.cat([p.detach().flatten().cpu() for p in s.adapter_params("a0")]) for s in (cpu, gpu)]
@@ -58,7 +58,7 @@ def test_gradient_checkpointing_on_cuda_takes_the_same_step(make_store):
     out = []
     for checkpointing in (False, True):
         _, gpu = _stores(make_store, ("a0",), gradient_checkpointing=checkpointing)
-        stats = gpu.step("a0", b, loss)
+        stats = gpu.update("a0", b, loss)
         out.append((stats, torch.cat([p.detach().flatten().cpu() for p in gpu.adapter_params("a0")])))
     assert out[1][0]["loss"] == pytest.approx(out[0][0]["loss"], rel=1e-5)
     torch.testing.assert_close(out[1][1], out[0][1], atol=1e-6, rtol=1e-5)

@@ -51,7 +51,7 @@ def perturb_adapters(store, std: float) -> None:
     """Give every adapter's B matrices N(0, std) entries so agents' adapters really differ."""
     for agent in store.agents():
         for p in store.adapter_params(agent):
-            if p.dim() == 2 and p.shape[1] == store.lora.r:  # lora_B: [out, r]
+            if p.dim() == 2 and p.shape[1] == store.settings.lora.r:  # lora_B: [out, r]
                 torch.nn.init.normal_(p.data, std=std)
         store.versions[agent] += 1
 

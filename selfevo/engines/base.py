@@ -53,7 +53,7 @@ def vllm_lora_rank(store) -> int:
     """The smallest ``max_lora_rank`` vLLM accepts that fits every agent's adapter (the store's LoRA rank when it
     has no agent yet)."""
     ranks = [store.backbones[store.agent_backbone[a]].model.peft_config[a].r for a in store.agents()]
-    rank = max(ranks or [store.lora.r])
+    rank = max(ranks or [store.settings.lora.r])
     return next(v for v in VLLM_LORA_RANKS if v >= rank)
 
 

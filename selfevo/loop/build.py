@@ -12,7 +12,8 @@ from omegaconf import DictConfig
 from selfevo import distributed, heap
 from selfevo.config import ConfigError
 from selfevo.models import dtype_reason, resolve_device
-from selfevo.policy import LoraSettings, PolicyStore
+from selfevo.optimizers.trainer import parse_logprob_temperature
+from selfevo.policy import LoraSettings, PolicyStore, StoreSettings
 from selfevo.types import SamplingParams
 
 
@@ -22,25 +23,37 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def policy_store(model: DictConfig, map_layer_blocks: bool = False, **settings) -> PolicyStore:
-    """A store for ``model`` (dtype, LoRA); ``settings`` go to :class:`PolicyStore` (lr, micro_batch, betas, ...).
-    Blocks of 8 MB and more get their own mappings from now on (:func:`selfevo.heap.map_large_blocks`: glibc's heap
-    otherwise fragments under a checkpointed forward, 2.8 GB resident for 0.4 GB of tensors in a MAESTRO slate);
-    with ``map_layer_blocks`` (``trainer.map_layer_blocks``), during an update also those of one layer's input,
-    whatever the micro-batch (:func:`selfevo.heap.layer_threshold`). A user's ``MALLOC_MMAP_THRESHOLD_`` wins."""
-    if heap.map_large_blocks() and map_layer_blocks:
-        settings["heap_threshold"] = heap.MMAP_THRESHOLD
+def policy_store(model: DictConfig, trainer: DictConfig | None = None) -> PolicyStore:
+    """A store for ``model`` (dtype, device, LoRA) that updates its agents as ``trainer`` says (lr, AdamW betas and
+    decay, micro-batch, ...; None: :class:`StoreSettings`' defaults). Blocks of 8 MB and more get their own mappings
+    from now on (:func:`selfevo.heap.map_large_blocks`: glibc's heap otherwise fragments under a checkpointed
+    forward, 2.8 GB resident for 0.4 GB of tensors in a MAESTRO slate); with ``trainer.map_layer_blocks``, during an
+    update also those of one layer's input, whatever the micro-batch (:class:`selfevo.heap.LayerBlocks`). A user's
+    ``MALLOC_MMAP_THRESHOLD_`` wins."""
+    mapped = heap.map_large_blocks()
     lora = LoraSettings(r=model.lora.r, alpha=model.lora.alpha, dropout=model.lora.dropout,
                         target_modules=model.lora.target_modules)
     try:
         device = resolve_device(model.device)
     except ValueError as exc:
         raise ConfigError(f"model.device: {exc}") from None
-    store = PolicyStore(dtype=model.dtype, lora=lora, device=device, **settings)
+    update = {} if trainer is None else update_settings(trainer, mapped)
+    store = PolicyStore(StoreSettings(dtype=model.dtype, device=device, lora=lora, **update))
     if model.dtype == "auto" and distributed.is_main():
         print(f"selfevo: model.dtype=auto -> {store.dtype} ({dtype_reason(store.dtype, store.device)})",
               file=sys.stderr, flush=True)
     return store
+
+
+def update_settings(t: DictConfig, mapped: bool) -> dict:
+    """The :class:`StoreSettings` fields the ``trainer`` section sets (``mapped``: whether glibc's threshold could
+    be fixed, so that ``trainer.map_layer_blocks`` can follow layer blocks)."""
+    return dict(lr=t.lr, micro_batch=t.micro_batch, max_grad_norm=t.max_grad_norm, betas=(t.adam_beta1, t.adam_beta2),
+                weight_decay=t.weight_decay, optim_state_dtype=t.optim_state_dtype,
+                gradient_checkpointing=t.gradient_checkpointing, shared_prompts=t.shared_prompts,
+                packed_attention=t.packed_attention,
+                heap_threshold=heap.MMAP_THRESHOLD if mapped and t.map_layer_blocks else None,
+                logprob_temperature=parse_logprob_temperature(t.logprob_temperature))
 
 
 def add_agents(store: PolicyStore, names: list[str], backbones: list[str]) -> None:

@@ -56,7 +56,7 @@ def save(run_dir: str | Path, store: PolicyStore, step: int, state: dict | None 
 def _write(folder: Path, store: PolicyStore, step: int, state: dict | None, files: dict[str, str] | None) -> None:
     for agent in store.agents():
         store.save_adapter(agent, folder / "adapters" / agent)
-    optim = {a: o.state_dict() for a, o in store.optimizers.items()}
+    optim = {a: o.state_dict() for a, o in store.adamws.items()}
     torch.save({"optim": optim, "rng": rng_states(), "versions": store.versions}, folder / "trainer.pt")
     for name, text in (files or {}).items():
         (folder / name).write_text(text)
@@ -120,7 +120,7 @@ def load(run_dir: str | Path, store: PolicyStore) -> dict:
     for agent in store.agents():
         store.load_adapter(agent, ckpt / "adapters" / agent)
     for agent, opt_state in trainer["optim"].items():
-        store.optimizer(agent).load_state_dict(opt_state)
+        store.adamw(agent).load_state_dict(opt_state)
     store.versions.update(trainer["versions"])
     set_rng_states(trainer["rng"])
     return state

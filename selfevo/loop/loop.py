@@ -55,7 +55,6 @@ from selfevo.loop.metrics import turn_metrics
 from selfevo.loop.scalars import ScalarLog
 from selfevo.optimizers import OPTIMIZERS, train_agents
 from selfevo.optimizers.schedule import lr_at
-from selfevo.optimizers.trainer import parse_logprob_temperature
 from selfevo.rewards import assign
 from selfevo.shapes import Shapes
 from selfevo.tasks import format_prompt
@@ -114,13 +113,7 @@ class Loop:
         self.main = distributed.is_main()
         build.seed_everything(cfg.seed)
         t = cfg.trainer
-        self.store = build.policy_store(cfg.model, lr=t.lr, micro_batch=t.micro_batch, max_grad_norm=t.max_grad_norm,
-                                        betas=(t.adam_beta1, t.adam_beta2), weight_decay=t.weight_decay,
-                                        optim_state_dtype=t.optim_state_dtype,
-                                        gradient_checkpointing=t.gradient_checkpointing,
-                                        shared_prompts=t.shared_prompts, packed_attention=t.packed_attention,
-                                        map_layer_blocks=t.map_layer_blocks,
-                                        logprob_temperature=parse_logprob_temperature(t.logprob_temperature))
+        self.store = build.policy_store(cfg.model, t)
         self.agents = agents or [f"agent{i}" for i in range(cfg.agents)]
         build.add_agents(self.store, self.agents, list(cfg.model.backbones))
         if cfg.model.init_adapters and not cfg.resume:

@@ -4,8 +4,8 @@ An optimizer is a callable ``optimizer(store, agent, samples) -> stats`` built b
 run's trainer section (:class:`~selfevo.loop.TrainerCfg`, e.g. ``OPTIMIZERS.get("reinforce_pp")(cfg.trainer)``; a
 test builds one as ``TrainerCfg(kl_coef=0.1)``), of which it reads ``kl_coef``, ``kl_estimator``,
 ``kl_in_reward``, ``clip_eps``, ``loss_agg``, ``train_batch`` and ``epochs``. It turns rewards into advantages (pure functions in
-:mod:`selfevo.optimizers.objectives`) and runs ``PolicyStore.step``; learning rate, micro-batch size and gradient
-clipping belong to the store (``PolicyStore(lr=, micro_batch=, max_grad_norm=)``), not to the optimizer.
+:mod:`selfevo.optimizers.objectives`) and runs ``PolicyStore.update``; learning rate, micro-batch size and gradient
+clipping belong to the store (``StoreSettings(lr=, micro_batch=, max_grad_norm=)``), not to the optimizer.
 
 :class:`Samples` carries one agent's training rows: a :class:`~selfevo.policy.SeqBatch` (several masks per row ride
 in its ``extras``; a slate kept in one micro-batch by its ``groups``), the rows' rewards, and normalisation groups
@@ -111,7 +111,7 @@ def score(store: PolicyStore, agent: str | None, batch: SeqBatch, backbone: str 
     (every rank calls it with the same batch): micro-batch ``j`` is scored on rank ``j % world`` and the rows are
     summed into place on every rank (the same micro-batches as in one process: the same numbers)."""
     out = torch.zeros(batch.input_ids.shape)
-    step, rank, world = store.micro_batch, distributed.rank(), distributed.world_size()
+    step, rank, world = store.settings.micro_batch, distributed.rank(), distributed.world_size()
     for j, s in enumerate(range(0, batch.input_ids.shape[0], step)):
         if j % world != rank:
             continue
@@ -207,7 +207,7 @@ def _clipped_step(store: PolicyStore, agent: str, batch: SeqBatch, cfg: TrainerC
         return total
 
     live = gradient_rows(batch)
-    stats = store.step(agent, live, loss_fn)
+    stats = store.update(agent, live, loss_fn)
     stats["rows_left_out"] = batch.input_ids.shape[0] - (live.input_ids.shape[0] if live is not None else 0)
     clipped, kl_rollout, kl_ref = (distributed.all_reduce_sum(sums) / max(n, 1.0)).tolist()
     stats["clip_frac"], stats["kl_rollout"] = clipped, kl_rollout  # token means over the whole step

@@ -298,7 +298,7 @@ def _step(store: PolicyStore, agent: str, batch: SeqBatch, names: list[str], wei
             parts[name] += float(value.detach()) if torch.is_tensor(value) else float(value)
         return total
 
-    stats = store.step(agent, batch, loss_fn, entropy=lambda_ent > 0)
+    stats = store.update(agent, batch, loss_fn, entropy=lambda_ent > 0)
     return {**stats, **parts}
 
 

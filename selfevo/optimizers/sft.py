@@ -26,7 +26,7 @@ def sft(cfg: TrainerCfg) -> Optimizer:
         def loss_fn(logp: torch.Tensor, mb: SeqBatch) -> torch.Tensor:
             return token_mean(-logp, mb.loss_mask, n)
 
-        return {**store.step(agent, batch, loss_fn), "rows": len(keep)}
+        return {**store.update(agent, batch, loss_fn), "rows": len(keep)}
 
     return update
 

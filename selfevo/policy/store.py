@@ -1,8 +1,9 @@
-"""PolicyStore: one model per backbone, one LoRA adapter (and optimizer) per agent, the reference policy for free.
+"""PolicyStore: one model per backbone, one LoRA adapter (and AdamW) per agent, the reference policy for free.
 
 - Agents on the same backbone share its frozen weights; each agent owns a PEFT LoRA adapter named after it.
 - The reference policy is the same backbone with the adapter disabled: no second copy of the model.
-- ``token_logprobs`` scores completions in micro-batches; ``step`` runs a gradient update of one agent only.
+- ``token_logprobs`` scores completions in micro-batches; ``update`` makes a parameter update (one AdamW step) of
+  one agent only. Its settings are one :class:`StoreSettings`.
 - ``logprob_temperature``: a row's tokens are scored at the temperature it was sampled at (the batch's
   :data:`~selfevo.policy.batch.TEMPERATURE` extra; greedy rows at 1), logits / T as verl and TRL score them, for the
   old log-probs, the current policy, the reference and the entropy alike; a number scores every sampled row at it.
@@ -15,12 +16,12 @@
   packed into one sequence per micro-batch, so the prompt's forward runs once (:mod:`selfevo.policy.packing`); the
   micro-batches keep a prompt's rows together (runs of at most ``micro_batch`` rows). Same log-probs up to float
   rounding; with LoRA dropout the rows of a packed prompt share its dropout mask.
-- Under ``torchrun`` every rank holds the whole store; ``step`` trains on the rank's share of the rows and sums the
-  adapter's gradients over ranks (:mod:`selfevo.distributed`): every rank takes the same optimizer step.
+- Under ``torchrun`` every rank holds the whole store; ``update`` trains on the rank's share of the rows and sums
+  the adapter's gradients over ranks (:mod:`selfevo.distributed`): every rank makes the same parameter update.
 - Adapters save in PEFT format (``PeftModel.from_pretrained`` loads them) and load back.
 - ``shapes`` (:class:`~selfevo.shapes.Shapes`) counts the passes run on this rank: ``train`` micro-batches (rows,
-  padded width; as run, so packed ones as packed) and their rows (``row``: tokens), ``optimizer`` steps (rows),
-  no-grad ``score`` micro-batches.
+  padded width; as run, so packed ones as packed) and their rows (``row``: tokens), parameter updates (rows; the
+  key ``optimizer``, as recorded runs name them), no-grad ``score`` micro-batches.
 """
 from __future__ import annotations
 
@@ -38,29 +39,16 @@ from selfevo import distributed, heap, models
 from selfevo.attention import segments_supported
 from selfevo.policy.adamw import CompactAdamW
 from selfevo.policy.batch import TEMPERATURE, SeqBatch
+from selfevo.policy.lending import lent
 from selfevo.policy.logprobs import chosen_entropy, chosen_logprobs, scoring_temperatures
 from selfevo.policy.lora_compute import ActivationDtypeLoRA
 from selfevo.policy.packing import Packed, pack_shared_prompts, prompt_keys
+from selfevo.policy.settings import LoraSettings, StoreSettings, ranges_attention
 from selfevo.shapes import Shapes
 from selfevo.types import Request
 
 # peft is imported inside the methods that use it: it loads sympy (through torch's symbolic shapes), which the
 # commands that only list or check things do not need.
-
-
-@dataclass
-class LoraSettings:
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
-    target_modules: str | list[str] = "all-linear"
-
-    @classmethod
-    def of(cls, config) -> "LoraSettings":
-        """The settings of an existing PEFT ``LoraConfig`` (its resolved target modules)."""
-        targets = config.target_modules
-        return cls(config.r, config.lora_alpha, config.lora_dropout,
-                   sorted(targets) if isinstance(targets, (set, frozenset)) else targets)
 
 
 @dataclass
@@ -80,59 +68,15 @@ class Backbone:
         return self.model.get_base_model() if self.is_peft else self.model
 
 
-PACKED_ATTENTION = ("auto", "ranges", "mask")
-MASK_WIDTH = 2048  # auto on a GPU: packed rows up to this wide attend under the mask (bool, <= 4 MB per row)
-
-
-def check_packed_attention(setting: str) -> str:
-    """``setting`` if it names a packed attention (:data:`PACKED_ATTENTION`), else a one-line ValueError."""
-    if setting not in PACKED_ATTENTION:
-        raise ValueError(f"packed_attention must be one of {', '.join(PACKED_ATTENTION)}, not {setting!r}")
-    return setting
-
-
-def ranges_attention(setting: str, device_type: str, width: int = 0) -> bool:
-    """Whether packed rows ``width`` tokens wide attend from their ranges (:func:`selfevo.attention.segmented_attention`)
-    rather than under the ``L x L`` mask: ``ranges``/``mask`` as named; ``auto`` ranges on the CPU, and on a GPU
-    for rows wider than :data:`MASK_WIDTH`. Ranges do the least arithmetic and build no mask, but call attention once
-    per prompt and per row in every layer: one GRPO update of 64 rows (30 layers, micro-batch 8) dispatches 311k
-    operations with ranges, 173k under the mask (29k with one micro-batch; benchmarks/update_ops.py). A GPU pays a
-    launch for each whatever its size (an H100 spent 20-31 s on such an update of the embedded model: docs/scale.md),
-    while the mask of a row up to MASK_WIDTH tokens is at most 4 MB."""
-    if check_packed_attention(setting) != "auto":
-        return setting == "ranges"
-    return device_type == "cpu" or width > MASK_WIDTH
-
-
 class PolicyStore:
-    def __init__(self, dtype: str = "auto", lora: LoraSettings | None = None, lr: float = 1e-5,
-                 weight_decay: float = 0.0, max_grad_norm: float = 1.0, micro_batch: int = 8,
-                 betas: tuple[float, float] = (0.9, 0.999), device: str = "cpu", optim_state_dtype: str = "float32",
-                 gradient_checkpointing: bool = False, shared_prompts: bool = False,
-                 heap_threshold: int | None = None, packed_attention: str = "auto",
-                 logprob_temperature: float | None = None):
-        self.device = models.resolve_device(device)
-        self.dtype = models.resolve_dtype(dtype, self.device)  # "auto": bf16 where computed natively, else fp32
-        # glibc's mmap threshold during an update follows the micro-batch's layer blocks (selfevo.heap.layer_threshold,
-        # capped here) and is set back to this after it; None: the store leaves the process's malloc alone
-        self.heap_threshold = heap_threshold
-        self.gradient_checkpointing = gradient_checkpointing
-        self.shared_prompts = shared_prompts
-        if logprob_temperature is not None and not logprob_temperature > 0:
-            raise ValueError(f"logprob_temperature must be None (each row's sampling temperature) or > 0, "
-                             f"not {logprob_temperature!r}")
-        self.logprob_temperature = logprob_temperature  # None: each row's sampling temperature (see the module doc)
-        self.packed_attention = check_packed_attention(packed_attention)
-        if optim_state_dtype not in ("float32", "bfloat16"):
-            raise ValueError(f"optim_state_dtype must be float32 or bfloat16, not {optim_state_dtype!r}")
-        self.optim_state_dtype = optim_state_dtype
-        self.lora = lora or LoraSettings()
-        self.lr, self.weight_decay, self.max_grad_norm = lr, weight_decay, max_grad_norm
-        self.betas = tuple(betas)
-        self.micro_batch = micro_batch
+    def __init__(self, settings: StoreSettings | None = None):
+        self.settings = settings or StoreSettings()
+        self.device = models.resolve_device(self.settings.device)
+        self.dtype = models.resolve_dtype(self.settings.dtype, self.device)  # "auto": bf16 where native, else fp32
+        self.layer_blocks = heap.LayerBlocks(self.settings.heap_threshold)  # glibc's mmap threshold in an update
         self.backbones: dict[str, Backbone] = {}
         self.agent_backbone: dict[str, str] = {}
-        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.adamws: dict[str, torch.optim.Optimizer] = {}
         self.versions: dict[str, int] = {}
         self.references: dict[str, str] = {}  # agent -> its frozen reference adapter (:meth:`add_reference`)
         self.shapes = Shapes()  # the passes run (see the module doc)
@@ -149,7 +93,7 @@ class PolicyStore:
 
         if agent in self.agent_backbone:
             raise ValueError(f"agent '{agent}' exists already")
-        bb, spec = self.backbone(backbone), lora or self.lora
+        bb, spec = self.backbone(backbone), lora or self.settings.lora
         cfg = LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
                          target_modules=spec.target_modules, task_type="CAUSAL_LM")
         if bb.is_peft:
@@ -236,17 +180,16 @@ class PolicyStore:
             lm = bb.causal_lm
             head = lm.get_output_embeddings().weight
             dev = head.device  # the batch lives on the CPU; the model where the store put it
-            if self.heap_threshold and torch.is_grad_enabled():  # the layer inputs kept for the backward get mapped
-                heap.map_large_blocks(heap.layer_threshold(rows * width * lm.config.hidden_size * head.element_size(),
-                                                           cap=self.heap_threshold))
+            if torch.is_grad_enabled():  # the layer inputs kept for the backward: mapped, if the settings say so
+                self.layer_blocks.fit(rows * width * lm.config.hidden_size * head.element_size())
             if packed is None:
                 mask = None if batch.right_padded() else batch.attention_mask.to(dev)  # causal is enough
                 hidden = lm.model(input_ids=batch.input_ids.to(dev), attention_mask=mask,
                                   use_cache=False).last_hidden_state[:, :-1][scored.to(dev)]
             else:  # token t of row i is predicted from the hidden state at its row's position t - 1
                 # selfevo's attention runs the packed rows from their ranges where chosen; else the explicit mask
-                use_ranges = segments_supported(lm.config) and ranges_attention(self.packed_attention, dev.type,
-                                                                                width)
+                use_ranges = segments_supported(lm.config) and ranges_attention(self.settings.packed_attention,
+                                                                                dev.type, width)
                 ranges = {"packed_segments": packed.segments} if use_ranges else {}
                 hidden = lm.model(input_ids=packed.input_ids.to(dev), position_ids=packed.position_ids.to(dev),
                                   attention_mask=None if ranges else packed.mask.to(dev), use_cache=False,
@@ -270,12 +213,12 @@ class PolicyStore:
         sampled = batch.extras.get(TEMPERATURE)
         if sampled is None:
             return None
-        temps = scoring_temperatures(sampled, self.logprob_temperature)
+        temps = scoring_temperatures(sampled, self.settings.logprob_temperature)
         return None if bool((temps == 1).all()) else temps
 
     def _packed(self, batch: SeqBatch) -> Packed | None:
         """The batch packed by shared prompt (:mod:`selfevo.policy.packing`) when that is on and saves a forward."""
-        if not self.shared_prompts or not batch.right_padded():
+        if not self.settings.shared_prompts or not batch.right_padded():
             return None
         return pack_shared_prompts(batch.input_ids, batch.attention_mask, batch.loss_mask)
 
@@ -283,61 +226,66 @@ class PolicyStore:
         """``batch`` cut into micro-batches of ``micro_batch`` rows (groups kept whole; see SeqBatch.micro_batches).
         With ``shared_prompts`` and no groups of its own, rows of one prompt go together (in runs of at most
         ``micro_batch`` rows), so that their micro-batch runs the prompt once."""
-        prompts = prompt_keys(batch.input_ids, batch.attention_mask, batch.loss_mask) if self.shared_prompts else []
+        shared = self.settings.shared_prompts
+        prompts = prompt_keys(batch.input_ids, batch.attention_mask, batch.loss_mask) if shared else []
+        size = self.settings.micro_batch
         if batch.groups is None and len(set(prompts)) < len(prompts):
             seen: dict = {}
             keys = []
             for key in prompts:
-                keys.append((key, seen.get(key, 0) // self.micro_batch))
+                keys.append((key, seen.get(key, 0) // size))
                 seen[key] = seen.get(key, 0) + 1
-            return batch.with_groups(keys).micro_batches(self.micro_batch)
-        return batch.micro_batches(self.micro_batch)
+            return batch.with_groups(keys).micro_batches(size)
+        return batch.micro_batches(size)
 
     def local_micro_batches(self, batch: SeqBatch) -> list[SeqBatch]:
-        """This rank's micro-batches of an optimizer step over ``batch``: in a data-parallel run its share of the
+        """This rank's micro-batches of a parameter update over ``batch``: in a data-parallel run its share of the
         rows (:meth:`SeqBatch.shard`, groups kept whole), else all of them."""
         mine = batch.shard(distributed.rank(), distributed.world_size())
         return self.micro_batches(mine) if mine is not None else []
 
     # ---- updates ----------------------------------------------------------------------------------------------
-    def optimizer(self, agent: str) -> torch.optim.Optimizer:
-        if agent not in self.optimizers:
-            if self.optim_state_dtype == "float32":
-                self.optimizers[agent] = torch.optim.AdamW(self.adapter_params(agent), lr=self.lr, betas=self.betas,
-                                                           weight_decay=self.weight_decay)
-            else:  # moments in bf16: half the optimizer memory of every agent (see selfevo.policy.adamw)
-                self.optimizers[agent] = CompactAdamW(self.adapter_params(agent), lr=self.lr, betas=self.betas,
-                                                      weight_decay=self.weight_decay, state_dtype=torch.bfloat16)
-        return self.optimizers[agent]
+    def adamw(self, agent: str) -> torch.optim.Optimizer:
+        """``agent``'s AdamW over its adapter (made on first use; checkpointed and resumed with the run)."""
+        if agent not in self.adamws:
+            st = self.settings
+            kw = {"lr": st.lr, "betas": st.betas, "weight_decay": st.weight_decay}
+            if st.optim_state_dtype == "float32":
+                self.adamws[agent] = torch.optim.AdamW(self.adapter_params(agent), **kw)
+            else:  # moments in bf16: half the AdamW memory of every agent (see selfevo.policy.adamw)
+                self.adamws[agent] = CompactAdamW(self.adapter_params(agent), state_dtype=torch.bfloat16, **kw)
+        return self.adamws[agent]
 
     def set_lr(self, lr: float) -> None:
-        """The learning rate of every agent's optimizer from now on (a schedule calls this once per step)."""
-        self.lr = lr
-        for opt in self.optimizers.values():
+        """The learning rate of every agent's AdamW from now on (a schedule calls this once per step)."""
+        self.settings.lr = lr
+        for opt in self.adamws.values():
             for group in opt.param_groups:
                 group["lr"] = lr
 
-    def step(self, agent: str, batch: SeqBatch | None, loss_fn: Callable[..., torch.Tensor],
-             entropy: bool = False) -> dict:
-        """One optimizer step of ``agent`` over ``batch`` in micro-batches (``batch`` None: no row has a gradient,
-        the step is taken with zero gradients — AdamW still moves the weights by its moments and decay).
+    def update(self, agent: str, batch: SeqBatch | None, loss_fn: Callable[..., torch.Tensor],
+               entropy: bool = False) -> dict:
+        """One parameter update (an AdamW step) of ``agent`` over ``batch`` in micro-batches (``batch`` None: no row
+        has a gradient, the update is made with zero gradients — AdamW still moves the weights by its moments and
+        decay).
 
-        ``loss_fn(logp [b, T], micro_batch) -> scalar`` must already be normalised for the whole step (e.g. a token
-        mean with the step's total token count as normaliser), so that the gradients simply add up. With
+        ``loss_fn(logp [b, T], micro_batch) -> scalar`` must already be normalised for the whole update (e.g. a
+        token mean with the update's total token count as normaliser), so that the gradients simply add up. With
         ``entropy=True`` it is called as ``loss_fn(logp, micro_batch, entropy [b, T])`` (see token_logprobs).
 
         Data-parallel (every rank calls this with the same ``batch``): each rank runs only its share of the rows,
-        then the adapter's gradients and the loss are summed over ranks before clipping, so every rank takes the
-        same optimizer step — the single-process one, as the normaliser counts the whole step's tokens.
+        then the adapter's gradients and the loss are summed over ranks before clipping, so every rank makes the
+        same parameter update — the single-process one, as the normaliser counts the whole update's tokens.
         """
         bb = self.backbones[self.agent_backbone[agent]]
         bb.model.train()
-        opt = self.optimizer(agent)
+        opt = self.adamw(agent)
         opt.zero_grad(set_to_none=True)
         total, rows = 0.0, 0
         recompute = lambda layer: ActivationDtypeLoRA(layer, agent)  # noqa: E731  (what _policy does)
-        with (checkpointed_layers(bb.causal_lm, recompute) if self.gradient_checkpointing else contextlib.nullcontext(),
-              self._heap_restored()):
+        checkpointing = self.settings.gradient_checkpointing
+        with (checkpointed_layers(bb.causal_lm, recompute) if checkpointing else contextlib.nullcontext(),
+              self.layer_blocks.restored()):
             for mb in self.local_micro_batches(batch) if batch is not None else []:
                 self._count_rows(mb)
                 rows += mb.input_ids.shape[0]
@@ -349,28 +297,19 @@ class PolicyStore:
                 loss.backward()
                 total += float(loss.detach())
         params = self.adapter_params(agent)
-        for p in params:  # a parameter no row reached has a zero gradient (the optimizer skips a None one)
+        for p in params:  # a parameter no row reached has a zero gradient (AdamW skips a None one)
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         distributed.all_reduce_grads(params)
         total = distributed.all_reduce_sum(total)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
-        self.shapes.add("optimizer", size=rows)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm))
+        self.shapes.add("optimizer", size=rows)  # the key the recorded shapes (and the goldens) name updates by
         if math.isfinite(grad_norm):
             opt.step()
             self.versions[agent] += 1
         opt.zero_grad(set_to_none=True)
         bb.model.eval()
         return {"loss": total, "grad_norm": grad_norm, "skipped": not math.isfinite(grad_norm)}
-
-    @contextlib.contextmanager
-    def _heap_restored(self) -> Iterator[None]:
-        """The store's mmap threshold again after an update set it per micro-batch (see :attr:`heap_threshold`)."""
-        try:
-            yield
-        finally:
-            if self.heap_threshold:
-                heap.map_large_blocks(self.heap_threshold)
 
     def _count_rows(self, mb: SeqBatch) -> None:
         for n in mb.attention_mask.sum(-1).tolist():
@@ -414,13 +353,11 @@ class PolicyStore:
     def lend(self, agent: str) -> Iterator[tuple[object, object]]:
         """``(model, tokenizer)`` of ``agent`` for an external trainer (TRL's DPOTrainer, a hand-written loop): the
         backbone's PeftModel with the agent's adapter active, its LoRA weights the only trainable parameters, in
-        train mode. Whatever trains it updates the agent's adapter in place; hand the trainer ``optimizer(agent)``
-        to keep the AdamW state with the store (checkpointed and resumed with the run).
+        train mode. Whatever trains it updates the agent's adapter in place; hand the trainer ``adamw(agent)`` to
+        keep the AdamW state with the store (checkpointed and resumed with the run).
 
-        On exit the store takes the model back as it was lent: adapters the borrower added are deleted (TRL's
-        frozen ``ref`` copy), ``forward`` methods it patched (TRL's fused LM head) and gradient checkpointing it
-        switched on are undone, device, ``requires_grad`` flags and eval mode restored, and the agent's version
-        bumped (engines reload its weights).
+        On exit the store takes the model back as it was lent (:func:`selfevo.policy.lending.lent`) and bumps the
+        agent's version (engines reload its weights).
 
         TRL (1.x) and the reference policy: given a PeftModel and ``ref_model=None``, DPOTrainer copies the adapter
         named ``default`` into a frozen ``ref`` adapter (the policy as it was before this training call) and fails
@@ -428,31 +365,10 @@ class PolicyStore:
         its own business: in a data-parallel run (torchrun) nothing here keeps the ranks' adapters in step.
         """
         bb = self.backbones[self.agent_backbone[agent]]
-        model, lm = bb.model, bb.causal_lm
-        grads = {n: p.requires_grad for n, p in model.named_parameters()}
-        forwards = [(m, vars(m).get("forward")) for m in (model, lm)]
-        checkpointing, device = lm.is_gradient_checkpointing, next(model.parameters()).device
-        model.set_adapter(agent)
-        for n, p in model.named_parameters():
-            p.requires_grad_(f".{agent}." in n and "lora_" in n)
-        model.train()
         try:
-            yield model, bb.tokenizer
+            with lent(bb.model, bb.causal_lm, agent, bb.agents) as model:
+                yield model, bb.tokenizer
         finally:
-            model.set_adapter(agent)
-            for name in [a for a in model.peft_config if a not in bb.agents]:
-                model.delete_adapter(name)
-            for m, forward in forwards:
-                if forward is not None:
-                    m.forward = forward
-                elif "forward" in vars(m):
-                    del m.forward
-            if lm.is_gradient_checkpointing and not checkpointing:
-                lm.gradient_checkpointing_disable()
-            model.to(device)
-            for n, p in model.named_parameters():
-                p.requires_grad_(grads.get(n, False))
-            model.eval()
             self.versions[agent] += 1
 
 

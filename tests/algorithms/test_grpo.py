@@ -139,6 +139,6 @@ def test_the_loop_hands_logprob_temperature_to_the_store(tmp_path):
                                                        f"output_dir={tmp_path / value}"])
         loop = Loop(cfg)
         try:
-            assert loop.store.logprob_temperature == want
+            assert loop.store.settings.logprob_temperature == want
         finally:
             loop.close()

@@ -1,6 +1,6 @@
 """The MAESTRO recipe (selfevo.algorithms.maestro): CLPO's masks from a central output, the recipe end to end with
 resume, trainers and ablation switches, and ``selfevo eval`` with ``central_adapter``. The protocol is tested in
-tests/protocols/test_maestro_protocol.py, CLPO in tests/optimizers/test_clpo.py."""
+tests/setups/test_maestro_rounds.py, CLPO in tests/optimizers/test_clpo.py."""
 import json
 from pathlib import Path
 
@@ -239,14 +239,14 @@ def test_trainable_executors_and_ablation_config(tmp_path, capsys):
 @needs_data
 def test_eval_loads_the_central_adapter(tmp_path, make_store, capsys):
     from selfevo import evaluation
-    from selfevo.policy import PolicyStore
+    from selfevo.policy import PolicyStore, StoreSettings
 
     store = make_store(agents=("c",))
     store.save_adapter("c", tmp_path / "central")
     argv = ["benchmark=gsm8k", "setup=maestro_select", "model.backbones=tiny-random", "limit=2",
             "sampling.max_new_tokens=8", f"output_dir={tmp_path / 'eval'}", f"data_root={DATA}", "rounds=1",
             "n_agents=2", "k=2", f"central_adapter={tmp_path / 'central'}"]
-    fresh = PolicyStore(dtype="float32")
+    fresh = PolicyStore(StoreSettings(dtype="float32"))
     [record] = evaluation.run_eval(*evaluation.load_eval_config(argv), store=fresh, engine=ScriptEngine(fresh),
                                    show_progress=False)
     assert record["agents"] == [None, None, "central"] and record["central_adapter"] == str(tmp_path / "central")

@@ -59,9 +59,9 @@ def test_two_adapters_differ_and_step_is_served(make_store):
     before = engine.generate([Request(a, MSGS[1], GREEDY) for a in ("a0", "a1")])
     assert before[0].token_ids != before[1].token_ids
     batch = SeqBatch.build([before[0].prompt_ids], [before[0].token_ids], 2)
-    store.step("a0", batch, lambda logp, mb: logp.sum())  # push up the probability of what a0 said ... then more
+    store.update("a0", batch, lambda logp, mb: logp.sum())  # push up the probability of what a0 said ... then more
     for _ in range(3):
-        store.step("a0", batch, lambda logp, mb: -logp.sum())  # ... and far down: the greedy output must change
+        store.update("a0", batch, lambda logp, mb: -logp.sum())  # ... and far down: the greedy output must change
     after = engine.generate([Request(a, MSGS[1], GREEDY) for a in ("a0", "a1")])
     assert after[0].token_ids != before[0].token_ids
     assert after[1].token_ids == before[1].token_ids
@@ -72,7 +72,7 @@ def test_step_on_one_adapter_leaves_others_bit_identical(make_store):
     randomize_adapters(store)
     snap = {a: [p.detach().clone() for p in store.adapter_params(a)] for a in store.agents()}
     batch = SeqBatch.build([[5, 6, 7]], [[8, 9, 10, 11]], 2)
-    stats = store.step("a1", batch, lambda logp, mb: -logp.sum())
+    stats = store.update("a1", batch, lambda logp, mb: -logp.sum())
     assert stats["grad_norm"] > 0 and store.versions["a1"] == 2
     for a in ("a0", "a2"):
         assert all(torch.equal(p, q) for p, q in zip(store.adapter_params(a), snap[a]))
@@ -113,9 +113,9 @@ def test_stop_strings_cut_text():
 
 
 def test_heterogeneous_backbones_in_one_call(make_store):
-    from selfevo.policy import LoraSettings, PolicyStore
+    from selfevo.policy import LoraSettings, PolicyStore, StoreSettings
 
-    store = PolicyStore(dtype="float32", lora=LoraSettings(r=8, alpha=16))
+    store = PolicyStore(StoreSettings(dtype="float32", lora=LoraSettings(r=8, alpha=16)))
     store.add_agent("llama", "tiny-random")
     store.add_agent("gemma", "tiny-random-gemma3")
     randomize_adapters(store)

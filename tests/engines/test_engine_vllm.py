@@ -7,7 +7,7 @@ import torch
 
 from helpers.adapters import randomize_adapters
 from selfevo.engines.hf import HFEngine
-from selfevo.policy import LoraSettings, PolicyStore, SeqBatch
+from selfevo.policy import LoraSettings, PolicyStore, StoreSettings, SeqBatch
 from selfevo.types import Request, SamplingParams
 
 pytest.importorskip("vllm")
@@ -24,7 +24,7 @@ def stack(tmp_path_factory):
     from selfevo.engines.vllm import VLLMEngine, engine_args
 
     torch.manual_seed(0)
-    store = PolicyStore(dtype="float32", lora=LoraSettings(r=8, alpha=16), lr=5e-3)
+    store = PolicyStore(StoreSettings(dtype="float32", lora=LoraSettings(r=8, alpha=16), lr=5e-3))
     for a in ("a0", "a1"):
         store.add_agent(a, MODEL)
     randomize_adapters(store, std=0.05)
@@ -67,7 +67,7 @@ def test_new_version_is_served_after_a_step(stack):
     before = vllm.generate(req)
     batch = SeqBatch.build([before[0].prompt_ids], [before[0].token_ids], 2)
     for _ in range(3):  # more versions than max_loras=2 slots: old ids must be dropped, not reused
-        store.step("a0", batch, lambda logp, mb: (logp * mb.loss_mask).sum())  # push the greedy answer down
+        store.update("a0", batch, lambda logp, mb: (logp * mb.loss_mask).sum())  # push the greedy answer down
     after = vllm.generate(req)
     assert after[0].token_ids != before[0].token_ids
     assert after[1].token_ids == before[1].token_ids

@@ -277,8 +277,8 @@ def test_the_exit_hook_stops_servers_left_open(make_store, tmp_path):
 CRASHER = """
 import json, sys, time
 from selfevo.engines import make_engine
-from selfevo.policy import LoraSettings, PolicyStore
-store = PolicyStore(dtype="float32", lora=LoraSettings(r=8, alpha=16))
+from selfevo.policy import LoraSettings, PolicyStore, StoreSettings
+store = PolicyStore(StoreSettings(dtype="float32", lora=LoraSettings(r=8, alpha=16)))
 store.add_agent("a0", "tiny-random")
 engine = make_engine("vllm_server", store, workdir=sys.argv[1], launcher=(sys.executable, sys.argv[2]),
                      startup_timeout=60)

@@ -31,7 +31,7 @@ import torch
 from helpers.paths import HELPERS, ROOT
 from selfevo import cli
 from selfevo.loop import checkpoint
-from selfevo.policy import PolicyStore
+from selfevo.policy import PolicyStore, StoreSettings
 
 FAKE_SCRIPT = HELPERS / "fake_vllm_server.py"
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -321,7 +321,7 @@ def test_a_checkpoint_write_that_fails_part_way_keeps_the_previous_one(tmp_path,
     assert line == (f"selfevo: could not write step 1 in '{run}' (No space left on device); the checkpoint of step 0 "
                     f"is intact: rerun with resume=true to redo step 1")
     assert not (run / "checkpoint.tmp").exists()  # the partial checkpoint is gone, its space given back
-    store = PolicyStore(dtype="float32")
+    store = PolicyStore(StoreSettings(dtype="float32"))
     for agent in ("agent0", "agent1"):
         store.add_agent(agent, "tiny-random")
     assert checkpoint.load(run, store)["step"] == 0

@@ -100,17 +100,21 @@ def test_layer_threshold_is_seven_eighths_of_a_layer_block_within_1_and_8_mb():
 
 def test_policy_store_follows_layer_blocks_only_with_trainer_map_layer_blocks(monkeypatch):
     """``build.policy_store`` fixes the 8 MB threshold and hands it to the store as the cap of the layer threshold
-    only with ``map_layer_blocks`` (``trainer.map_layer_blocks``); where it could not set it (not glibc, or the
+    only with ``trainer.map_layer_blocks``; where it could not set it (not glibc, or the
     user's ``MALLOC_MMAP_THRESHOLD_``) the store leaves malloc alone either way."""
     from omegaconf import OmegaConf
 
     from selfevo import heap
     from selfevo.loop import build
 
+    from selfevo.optimizers import TrainerCfg
+
+    trainer = lambda on: OmegaConf.structured(TrainerCfg(map_layer_blocks=on))  # noqa: E731
     model = OmegaConf.create({"lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": None},
                               "device": "cpu", "dtype": "float32"})
     for settable in (True, False):
         monkeypatch.setattr(heap, "map_large_blocks", lambda threshold=heap.MMAP_THRESHOLD, ok=settable: ok)
-        assert build.policy_store(model).heap_threshold is None
+        assert build.policy_store(model).settings.heap_threshold is None
+        assert build.policy_store(model, trainer(False)).settings.heap_threshold is None
         want = heap.MMAP_THRESHOLD if settable else None
-        assert build.policy_store(model, map_layer_blocks=True).heap_threshold == want
+        assert build.policy_store(model, trainer(True)).settings.heap_threshold == want

@@ -10,7 +10,7 @@ import torch
 
 from selfevo.engines.hf import HFEngine
 from selfevo.interaction.episodes import Episode, Turn, rewarded_turns, turns_to_batch
-from selfevo.policy import LoraSettings, PolicyStore, SeqBatch
+from selfevo.policy import LoraSettings, PolicyStore, StoreSettings, SeqBatch
 from selfevo.loop import TrainerCfg
 from selfevo.optimizers import OPTIMIZERS, Samples
 from selfevo.types import Request, SamplingParams, Task
@@ -37,7 +37,7 @@ def first_token_probs(store, agent, prompts, engine):
 @pytest.mark.slow
 def test_reinforce_pp_raises_held_out_reward():
     torch.manual_seed(0)
-    store = PolicyStore(dtype="float32", lora=LoraSettings(r=8, alpha=16), lr=2e-3, micro_batch=16)
+    store = PolicyStore(StoreSettings(dtype="float32", lora=LoraSettings(r=8, alpha=16), lr=2e-3, micro_batch=16))
     store.add_agent("agent", MODEL)
     engine = HFEngine(store)
     base = first_token_probs(store, "agent", TRAIN, engine).mean(0)

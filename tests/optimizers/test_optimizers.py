@@ -55,9 +55,9 @@ AGENTS = ("a0", "a1", "a2")
 
 @pytest.fixture(scope="module")
 def _shared():
-    from selfevo.policy import LoraSettings, PolicyStore
+    from selfevo.policy import LoraSettings, PolicyStore, StoreSettings
 
-    store = PolicyStore(dtype="float32", lora=LoraSettings(r=8, alpha=16), lr=1e-2)  # as conftest's make_store
+    store = PolicyStore(StoreSettings(dtype="float32", lora=LoraSettings(r=8, alpha=16), lr=1e-2))  # as make_store
     for a in AGENTS:
         store.add_agent(a, "tiny-random")
     return store, snapshot(store)
@@ -69,9 +69,9 @@ def reset(store, micro_batch=8, max_grad_norm=1.0):
     with torch.no_grad():
         for n, p in store.backbones["tiny-random"].model.named_parameters():
             p.copy_(init[n])
-    store.optimizers.clear()
+    store.adamws.clear()
     store.versions = {a: 0 for a in AGENTS}
-    store.micro_batch, store.max_grad_norm = micro_batch, max_grad_norm
+    store.settings.micro_batch, store.settings.max_grad_norm = micro_batch, max_grad_norm
     return store
 
 
@@ -144,7 +144,7 @@ def test_micro_batch_size_does_not_change_the_gradient(store):
     deltas = []
     for mb in (1, 3, 8):
         reset(store, micro_batch=mb, max_grad_norm=1e9)
-        store.optimizers["a0"] = torch.optim.SGD(store.adapter_params("a0"), lr=1.0)
+        store.adamws["a0"] = torch.optim.SGD(store.adapter_params("a0"), lr=1.0)
         before = snapshot(store)
         OPTIMIZERS.get("reinforce_pp")(TrainerCfg())(store, "a0", samples_of(store))
         after = snapshot(store)
@@ -202,7 +202,7 @@ def test_sft_all_non_positive_is_skipped(store):
 
 # ---- what the optimizers hand to the store (a capturing stand-in) ------------------------------------------------
 class CaptureStore:
-    """Stands in for PolicyStore.step: records the batch (and its advantages) the optimizer built."""
+    """Stands in for PolicyStore.update: records the batch (and its advantages) the optimizer built."""
 
     micro_batch = 8
 
@@ -210,7 +210,7 @@ class CaptureStore:
         self.batches = []
         self.versions = {"a": 0}
 
-    def step(self, agent, batch, loss_fn):
+    def update(self, agent, batch, loss_fn):
         self.batches.append(batch)
         logp = torch.zeros(batch.input_ids.shape, requires_grad=True)
         return {"loss": float(loss_fn(logp, batch).detach()), "grad_norm": 0.0, "skipped": False}
@@ -294,6 +294,7 @@ def test_zero_advantage_rows_left_out_give_the_same_update(store, monkeypatch):
     monkeypatch.setattr(base, "gradient_rows", lambda batch: batch)
     every_stats, every = two_steps()
     moved = delta(store._initial, every, "a1")
+    print("RATIO", delta(every, left_out, "a1") / moved, torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(), torch.get_default_dtype())
     assert moved > 0 and delta(every, left_out, "a1") < 1e-4 * moved
     assert stats[1]["grad_norm"] == every_stats[1]["grad_norm"] == 0.0
     assert [s.pop("rows_left_out") for s in stats] == [2, 4]
@@ -388,7 +389,7 @@ def test_loss_agg_changes_the_step_as_the_weights_say(store):
     deltas = {}
     for mode in ("token_mean", "seq_mean_token_mean"):
         reset(store, max_grad_norm=1e9)
-        store.optimizers["a0"] = torch.optim.SGD(store.adapter_params("a0"), lr=1.0)
+        store.adamws["a0"] = torch.optim.SGD(store.adapter_params("a0"), lr=1.0)
         before = snapshot(store)
         OPTIMIZERS.get("grpo")(TrainerCfg(loss_agg=mode))(store, "a0", samples_of(store))
         after = snapshot(store)
@@ -427,7 +428,7 @@ def test_first_mini_batch_ratio_is_exactly_one_with_lora_dropout(make_store, mon
     stats = OPTIMIZERS.get("grpo")(TrainerCfg(train_batch=2, epochs=epochs))(store, "a0", samples_of(store))
     assert stats["optimizer_steps"] == 2 * epochs
     assert scored_rows == [("a0", 2 if epochs == 1 else 4)]  # old log-probs only for the rows of later steps
-    first = torch.cat(ratios[:1 if store.micro_batch >= 2 else 2])
+    first = torch.cat(ratios[:1 if store.settings.micro_batch >= 2 else 2])
     assert first.numel() > 0 and torch.equal(first, torch.ones_like(first))
     later = torch.cat(ratios[1:])
     assert (later - 1).abs().max() > 1e-4  # later steps: the policy moved (and dropout perturbs the forward)

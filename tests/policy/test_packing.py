@@ -87,7 +87,7 @@ def test_store_runs_packed_rows_from_ranges_when_its_attention_can(make_store, m
     import selfevo.attention as attention
 
     store = make_store(("a0",))
-    store.shared_prompts = True
+    store.settings.shared_prompts = True
     calls = []
     real = attention.segmented_attention
     monkeypatch.setattr(attention, "segmented_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -109,13 +109,13 @@ def _group_batch():
     ("ranges", "cpu", 100, True), ("ranges", "cuda", 100, True), ("mask", "cpu", 100, False),
     ("mask", "cuda", 9000, False)])
 def test_ranges_attention_by_setting_device_and_width(setting, device, width, ranges):
-    from selfevo.policy.store import ranges_attention
+    from selfevo.policy.settings import ranges_attention
 
     assert ranges_attention(setting, device, width) is ranges
 
 
 def test_packed_attention_refuses_other_names(make_store):
-    from selfevo.policy.store import ranges_attention
+    from selfevo.policy.settings import ranges_attention
 
     with pytest.raises(ValueError, match="auto, ranges, mask"):
         ranges_attention("flex", "cpu")
@@ -142,7 +142,7 @@ def test_store_logprobs_and_gradients_packed_equal_unpacked(make_store, setting)
     b = _group_batch()
     grads, logps = [], []
     for packed in (False, True):
-        store.shared_prompts = packed
+        store.settings.shared_prompts = packed
         assert (store._packed(b) is not None) == packed
         store.backbones["tiny-random"].model.zero_grad()
         lp = store.token_logprobs("a0", b)
@@ -161,7 +161,7 @@ def test_store_keeps_a_prompts_rows_in_one_micro_batch(make_store):
     # every micro-batch holds one prompt's rows, in runs of at most 2: 3 rows of one prompt, 2 of the other
     assert all(len(set(prompt_keys(mb.input_ids, mb.attention_mask, mb.loss_mask))) == 1 for mb in mbs)
     assert sorted(mb.input_ids.shape[0] for mb in mbs) == [1, 2, 2] and sum(len(mb.groups) for mb in mbs) == 5
-    store.shared_prompts = False  # by length, as before: rows of 10, 7, 13 | 7, 4 tokens
+    store.settings.shared_prompts = False  # by length, as before: rows of 10, 7, 13 | 7, 4 tokens
     assert [mb.attention_mask.sum(-1).tolist() for mb in store.micro_batches(b)] == [[13, 10], [7, 7], [4]]
 
 

@@ -2,6 +2,7 @@
 (adapters disabled), micro-batched gradients, adapters saved and loaded in PEFT's format, lending the model,
 right-padded rows, and the LoRA computation in the activation dtype against PEFT."""
 import contextlib
+import re
 
 import pytest
 import torch
@@ -69,7 +70,7 @@ def test_micro_batched_gradients_equal_one_big_batch(make_store):
         randomize_adapters(store)
         params = store.adapter_params("a0")
         loss = lambda logp, mb: -(logp * mb.loss_mask).sum() / n_tokens  # noqa: E731
-        opt = store.optimizer("a0")
+        opt = store.adamw("a0")
         opt.zero_grad()
         for mb in store.micro_batches(b):
             loss(store.token_logprobs("a0", mb), mb).backward()
@@ -129,7 +130,7 @@ def test_lend_trains_only_the_agent_and_takes_the_model_back_as_lent(make_store)
         model.add_adapter("ref", LoraConfig(r=4, target_modules="all-linear"))  # what TRL's DPOTrainer adds
         lm = model.get_base_model()
         lm.forward = lambda *a, **k: None  # a patched forward (TRL's fused LM head)
-        opt = store.optimizer("a0")
+        opt = store.adamw("a0")
         ids = torch.tensor([[5, 6, 7, 8, 9]])
         model.set_adapter("a0")
         (-lm.__class__.forward(lm, input_ids=ids).logits.log_softmax(-1)[0, -1, 3]).backward()
@@ -201,7 +202,7 @@ def _dropout_store(make_store, checkpointing: bool):
 
     torch.manual_seed(0)  # the same lora_A init in both stores
     store = make_store(("a0",), micro_batch=2, gradient_checkpointing=checkpointing)
-    store.lora = LoraSettings(r=8, alpha=16, dropout=0.3)
+    store.settings.lora = LoraSettings(r=8, alpha=16, dropout=0.3)
     store.add_agent("a1", "tiny-random")  # with dropout: the recomputed forward must replay the same masks
     randomize_adapters(store)
     return store
@@ -214,7 +215,7 @@ def test_gradient_checkpointing_takes_the_same_step(make_store):
     for checkpointing in (False, True):
         store = _dropout_store(make_store, checkpointing)
         torch.manual_seed(1)  # the dropout masks' stream
-        stats = store.step("a1", b, loss, entropy=True)
+        stats = store.update("a1", b, loss, entropy=True)
         after.append((stats, torch.cat([p.detach().flatten() for p in store.adapter_params("a1")])))
     assert after[0][0]["grad_norm"] == pytest.approx(after[1][0]["grad_norm"], rel=1e-5)
     assert after[0][0]["loss"] == pytest.approx(after[1][0]["loss"], rel=1e-6)
@@ -264,7 +265,7 @@ def test_store_counts_its_micro_batches_rows_steps_and_scoring_passes(make_store
     lengths = [5, 9, 3, 7, 2]
     b = SeqBatch.build([[4] * (n - 1) for n in lengths], [[8]] * len(lengths), 2)
     store = make_store(("a0",), micro_batch=2)
-    store.step("a0", b, lambda logp, mb: -(logp * mb.loss_mask).sum())
+    store.update("a0", b, lambda logp, mb: -(logp * mb.loss_mask).sum())
     assert store.shapes.to_json() == {"optimizer": [[16, 1, 5]], "row": [[16, 5, 26]],
                                       "train": [[1, 16, 1, 2], [2, 16, 2, 9 + 5]]}
     before = store.shapes.copy()
@@ -295,7 +296,7 @@ def test_an_update_maps_its_micro_batches_layer_blocks_and_sets_the_threshold_ba
     b = SeqBatch.build([[4] * 8, [4] * 3, [4] * 5], [[8]] * 3, 2)  # rows of 9, 4, 6 tokens; micro-batch 2
     store = make_store(("a0",), micro_batch=2, heap_threshold=1000)
     hidden = store.backbones["tiny-random"].causal_lm.config.hidden_size
-    store.step("a0", b, lambda logp, mb: -(logp * mb.loss_mask).sum())
+    store.update("a0", b, lambda logp, mb: -(logp * mb.loss_mask).sum())
     blocks = [2 * 9 * hidden * 4, 1 * 4 * hidden * 4]  # sorted longest first: (9, 6 | 4), each padded to its longest
     assert blocks[1] * 7 // 8 < 1000 < blocks[0] * 7 // 8  # the first capped, the second not
     assert calls == [1000, blocks[1] * 7 // 8, 1000]
@@ -304,7 +305,7 @@ def test_an_update_maps_its_micro_batches_layer_blocks_and_sets_the_threshold_ba
         store.token_logprobs("a0", b)
     assert calls == []
     plain = make_store(("a0",), micro_batch=2)
-    plain.step("a0", b, lambda logp, mb: -(logp * mb.loss_mask).sum())
+    plain.update("a0", b, lambda logp, mb: -(logp * mb.loss_mask).sum())
     assert calls == []
 
 
@@ -375,9 +376,64 @@ def test_store_scores_each_row_at_its_sampling_temperature(make_store, shared):
         torch.testing.assert_close(ent[:, 1:][m], entropy_from_logits(scaled)[m], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(got[1], plain[1])  # the greedy row: at 1, as if no temperature were given
         assert (got[0] - plain[0]).abs().max() > 1e-3
-    store.logprob_temperature = 1.0  # trainer.logprob_temperature=1: every row at 1
+    store.settings.logprob_temperature = 1.0  # trainer.logprob_temperature=1: every row at 1
     assert store.temperatures(tempered) is None and store.temperatures(batch) is None
     with torch.no_grad():
         torch.testing.assert_close(store.token_logprobs("a0", tempered), store.token_logprobs("a0", batch))
     with pytest.raises(ValueError, match="logprob_temperature"):
         make_store(("b0",), logprob_temperature=0.0)
+
+
+def test_layer_blocks_set_back_the_cap_even_when_the_update_fails(monkeypatch):
+    """heap.LayerBlocks: ``fit`` maps 7/8 of a layer block, at most the cap; ``restored`` sets the cap back however
+    the block ends; cap None never touches malloc; a cap of 0 bytes is refused."""
+    from selfevo import heap
+
+    calls = []
+    monkeypatch.setattr(heap, "map_large_blocks", lambda threshold=heap.MMAP_THRESHOLD: calls.append(threshold))
+    blocks = heap.LayerBlocks(4 << 20)
+    with pytest.raises(RuntimeError, match="boom"), blocks.restored():
+        blocks.fit(2 << 20)  # 7/8 of 2 MB: 1,835,008 B
+        blocks.fit(64 << 20)  # capped
+        raise RuntimeError("boom")
+    assert calls == [(2 << 20) * 7 // 8, 4 << 20, 4 << 20]
+    calls.clear()
+    off = heap.LayerBlocks(None)
+    with off.restored():
+        off.fit(2 << 20)
+    assert calls == []
+    with pytest.raises(ValueError, match="cap must be None or > 0 bytes"):
+        heap.LayerBlocks(0)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("micro_batch", 0, "micro_batch must be >= 1"),
+    ("optim_state_dtype", "float16", "optim_state_dtype must be float32 or bfloat16"),
+    ("logprob_temperature", 0.0, "logprob_temperature must be None"),
+    ("packed_attention", "dense", "packed_attention must be one of auto, ranges, mask"),
+    ("max_grad_norm", 0.0, "need lr >= 0, weight_decay >= 0 and max_grad_norm > 0"),
+    ("lr", -1e-5, "need lr >= 0"),
+    ("betas", (0.9, 1.0), "betas must be two numbers in"),
+    ("heap_threshold", 0, "heap_threshold must be None or > 0 bytes"),
+])
+def test_store_settings_refuse_out_of_range_values_in_one_line(field, value, message):
+    from selfevo.policy import StoreSettings
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        StoreSettings(**{field: value})
+    assert StoreSettings(betas=[0.8, 0.99]).betas == (0.8, 0.99)  # a YAML list becomes the tuple AdamW takes
+
+
+def test_the_store_takes_its_settings_as_one_value(make_store):
+    """``PolicyStore(settings)``: AdamW is built from them (``adamw``), ``set_lr`` moves the settings' lr with every
+    agent's AdamW, and ``update`` counts one parameter update (``versions``)."""
+    store = make_store(("a0",), lr=3e-3, weight_decay=0.1)
+    opt = store.adamw("a0")
+    assert store.adamw("a0") is opt and isinstance(opt, torch.optim.AdamW)
+    assert (opt.param_groups[0]["lr"], opt.param_groups[0]["weight_decay"]) == (3e-3, 0.1)
+    store.set_lr(1e-3)
+    assert store.settings.lr == opt.param_groups[0]["lr"] == 1e-3
+    b = SeqBatch.build([[4] * 3], [[8, 9]], 2)
+    before = store.versions["a0"]
+    store.update("a0", b, lambda logp, mb: -(logp * mb.loss_mask).sum())
+    assert store.versions["a0"] == before + 1

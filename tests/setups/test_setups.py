@@ -51,9 +51,9 @@ def math_task(tid: str, question: str, answer: str) -> Task:
 @pytest.fixture(scope="module")
 def tiny_engine():
     from selfevo.engines import make_engine
-    from selfevo.policy import PolicyStore
+    from selfevo.policy import PolicyStore, StoreSettings
 
-    store = PolicyStore(dtype="float32")
+    store = PolicyStore(StoreSettings(dtype="float32"))
     store.backbone("tiny-random")
     return make_engine("hf", store)
 
