@@ -11,7 +11,7 @@
   k changes). The paired interval of the seed-averaged items counts item noise only; this one counts how much the
   effect moves from one training run to the next, which at k = 3 (t = 4.30) is often the larger part.
 * :func:`item_mean` and :func:`row_summary` — a sweep row over its seeds (``selfevo sweep``'s table, formulas of
-  ``benchmarks/ablations/effect.py``'s rows): the seed-averaged per-item accuracy with the Wilson interval of its
+  benchmarks/results/effect.json's rows): the seed-averaged per-item accuracy with the Wilson interval of its
   rounded count, the paired difference of those items against a baseline row's (seed-averaged) items, each seed's
   own accuracy and paired change, and :func:`seed_interval` over the seeds' changes.
 * :func:`t975` — Student's t quantile at 0.975 (two-sided 95%): a table for 1-30 degrees of freedom, the

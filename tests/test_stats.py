@@ -129,7 +129,7 @@ EFFECT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "effec
 
 @pytest.mark.skipif(not EFFECT.exists(), reason="benchmarks/results/effect.json is not in this checkout")
 def test_row_summary_reproduces_the_recorded_effect_rows():
-    """selfevo sweep's statistics give effect.json's numbers (recorded by benchmarks/ablations/effect.py) from the
+    """selfevo sweep's statistics give effect.json's numbers (recorded before selfevo sweep existed) from the
     same per-item verdicts: the seed-averaged accuracy and its Wilson interval, the paired change, each seed's
     change and the interval over seeds."""
     record = json.loads(EFFECT.read_text())

@@ -1,6 +1,6 @@
 """The GRPO recipe: one step pinned (fp32, tiny-random, the golden scripted engine), the evaluation's own prompt,
 groups of ``prompt_reuse`` answers per task, resume, and the cpu-learn preset's settings (the ones TRL gets too in
-benchmarks/ablations/grpo_vs_trl.py).
+benchmarks/sweeps/trl_grpo.py).
 
 Regenerate (only on purpose, after a change meant to alter behaviour): ``SELFEVO_UPDATE_GOLDEN=1 pytest
 tests/algorithms/test_grpo.py``.
