@@ -28,11 +28,11 @@ MODEL = "smollm2-135m-instruct"
 def one(n_agents: int, engine_name: str, state_dtype: str) -> tuple[float, float]:
     from selfevo.engines import make_engine
     from selfevo.optimizers.objectives import token_mean
-    from selfevo.policy import PolicyStore, SeqBatch
+    from selfevo.policy import PolicyStore, StoreSettings, SeqBatch
     from selfevo.types import Request, SamplingParams
 
     with PeakRSS() as mem:
-        store = PolicyStore(dtype="bfloat16", optim_state_dtype=state_dtype)
+        store = PolicyStore(StoreSettings(dtype="bfloat16", optim_state_dtype=state_dtype))
         agents = [f"agent{i}" for i in range(n_agents)]
         for a in agents:
             store.add_agent(a, MODEL)
@@ -46,7 +46,7 @@ def one(n_agents: int, engine_name: str, state_dtype: str) -> tuple[float, float
         for a in agents:
             mine = [o for o in outs if o.request.agent == a]
             batch = SeqBatch.build([o.prompt_ids for o in mine], [o.token_ids for o in mine], pad_id=2)
-            store.step(a, batch, lambda logp, mb: token_mean(-logp, mb.loss_mask, float(batch.loss_mask.sum())))
+            store.update(a, batch, lambda logp, mb: token_mean(-logp, mb.loss_mask, float(batch.loss_mask.sum())))
         engine.close()
         from selfevo.loop.memory import release_freed_memory
 

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.heap_threshold [--rounds 2] [--steps 2] [--rows comas|maestro]
                                                   [--dtype float32|bfloat16]
 
-Since selfevo.heap's layer threshold (``PolicyStore(heap_threshold=...)``, what ``build.policy_store`` sets), an
+Since selfevo.heap's layer threshold (``StoreSettings(heap_threshold=...)``, what ``build.policy_store`` sets), an
 update maps blocks of 7/8 of one layer input's bytes and more on their own (between 1 and 8 MB), where before it
 mapped blocks of 8 MB and more. Mapped blocks are unmapped when freed (no heap holes: less memory) but every fresh
 page faults and is zeroed (time). This measures both on fixed rows, one checkpointed optimizer step after another:
@@ -44,13 +44,13 @@ def child(setting: str, rows: str, steps: int, dtype: str) -> dict:
 
     from selfevo import heap
     from selfevo.optimizers.objectives import count_tokens, ppo_clip_loss, token_mean
-    from selfevo.policy import PolicyStore, SeqBatch
+    from selfevo.policy import PolicyStore, StoreSettings, SeqBatch
 
     if not heap.map_large_blocks():
         raise SystemExit("heap_threshold.py: glibc's mallopt is not available here (or MALLOC_MMAP_THRESHOLD_ is "
                          "set), so there is nothing to compare")
-    store = PolicyStore(dtype=dtype, micro_batch=4, gradient_checkpointing=True, shared_prompts=True,
-                        heap_threshold=heap.MMAP_THRESHOLD if setting == "layer" else None)
+    store = PolicyStore(StoreSettings(dtype=dtype, micro_batch=4, gradient_checkpointing=True, shared_prompts=True,
+                                      heap_threshold=heap.MMAP_THRESHOLD if setting == "layer" else None))
     store.add_agent("agent", MODEL)
     plen, clen, share = ROWS[rows]
     gen = torch.Generator().manual_seed(0)
@@ -69,7 +69,7 @@ def child(setting: str, rows: str, steps: int, dtype: str) -> dict:
     seconds = []
     for _ in range(steps):
         start = time.perf_counter()
-        store.step("agent", batch, loss_fn)
+        store.update("agent", batch, loss_fn)
         seconds.append(round(time.perf_counter() - start, 2))
     return {"setting": setting, "step_s": seconds, "peak_gib": round(PhasePeaks.high_water() / 2**30, 3),
             "tokens": sum(plen) + sum(clen), "torch_threads": torch.get_num_threads()}

@@ -22,7 +22,7 @@ from benchmarks.common import grpo_samples, machine, save
 
 from selfevo.loop import TrainerCfg
 from selfevo.optimizers import OPTIMIZERS, score
-from selfevo.policy import LoraSettings, PolicyStore
+from selfevo.policy import LoraSettings, PolicyStore, StoreSettings
 
 MODEL = "smollm2-135m-instruct"
 
@@ -35,9 +35,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     args = ap.parse_args()
     cfg = TrainerCfg(kl_coef=0.04, kl_estimator="k3", kl_in_reward=False, micro_batch=8, lr=5e-4)
-    store = PolicyStore(dtype=args.dtype, lora=LoraSettings(r=16, alpha=32, dropout=0.0), lr=cfg.lr,
-                        micro_batch=cfg.micro_batch, gradient_checkpointing=cfg.gradient_checkpointing,
-                        shared_prompts=cfg.shared_prompts)
+    store = PolicyStore(StoreSettings(dtype=args.dtype, lora=LoraSettings(r=16, alpha=32, dropout=0.0), lr=cfg.lr,
+                                      micro_batch=cfg.micro_batch, gradient_checkpointing=cfg.gradient_checkpointing,
+                                      shared_prompts=cfg.shared_prompts))
     store.add_agent("agent0", MODEL)
     samples, update = grpo_samples(args.prompts, args.per_prompt), OPTIMIZERS.get("grpo")(cfg)
     runs: dict[str, list[float]] = {"now": [], "old": [], "score_only": []}

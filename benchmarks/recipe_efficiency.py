@@ -69,12 +69,12 @@ def micro_rollout(prompts: int = 32, tokens: int = 128) -> float:
 
 
 def micro_train(seqs: int = 32, length: int = 256, micro_batch: int = 8) -> float:
-    """``train_step.py``'s tok/s: one PolicyStore step (clipped loss, forward + backward + AdamW)."""
+    """``train_step.py``'s tok/s: one PolicyStore update (clipped loss, forward + backward + AdamW)."""
     from benchmarks.train_step import MODEL, make_batch, selfevo_step
 
-    from selfevo.policy import PolicyStore
+    from selfevo.policy import PolicyStore, StoreSettings
 
-    store = PolicyStore(dtype="bfloat16", micro_batch=micro_batch)
+    store = PolicyStore(StoreSettings(dtype="bfloat16", micro_batch=micro_batch))
     store.add_agent("agent", MODEL)
     batch, adv = make_batch(seqs, length)
     selfevo_step(store, batch, adv)  # warm-up

@@ -32,7 +32,7 @@ from benchmarks.common import gsm8k_prompts, machine, save
 
 from selfevo import models
 from selfevo.engines.hf import HFEngine
-from selfevo.policy import LoraSettings, PolicyStore, SeqBatch
+from selfevo.policy import LoraSettings, PolicyStore, StoreSettings, SeqBatch
 from selfevo.loop import TrainerCfg
 from selfevo.optimizers import OPTIMIZERS, Samples
 from selfevo.tasks import format_prompt, load_tasks
@@ -45,8 +45,9 @@ PER_PROMPT = 4
 
 def selfevo_run(tasks, args) -> tuple[float, list[float], list[float], dict]:
     cfg = TrainerCfg(gradient_checkpointing=args.checkpointing == "on", shared_prompts=args.shared_prompts)
-    store = PolicyStore(dtype=args.dtype, lora=LoraSettings(r=16, alpha=32), lr=1e-5, micro_batch=8,
-                        gradient_checkpointing=cfg.gradient_checkpointing, shared_prompts=cfg.shared_prompts)
+    store = PolicyStore(StoreSettings(dtype=args.dtype, lora=LoraSettings(r=16, alpha=32), lr=1e-5, micro_batch=8,
+                                      gradient_checkpointing=cfg.gradient_checkpointing,
+                                      shared_prompts=cfg.shared_prompts))
     store.add_agent("agent", MODEL)
     engine = HFEngine(store)
     sp = SamplingParams(max_new_tokens=args.tokens, temperature=1.0)

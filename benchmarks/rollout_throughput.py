@@ -24,7 +24,7 @@ from benchmarks.common import PeakRSS, gsm8k_prompts, machine, save
 from selfevo.config import EngineCfg
 from selfevo.engines import make_engine
 from selfevo.engines.base import render_prompt
-from selfevo.policy import PolicyStore
+from selfevo.policy import PolicyStore, StoreSettings
 from selfevo.types import Request, SamplingParams
 
 MODEL = "smollm2-135m-instruct"
@@ -71,7 +71,7 @@ def naive(store: PolicyStore, prompts, tokens: int) -> float:
 
 def build_store() -> PolicyStore:
     torch.manual_seed(0)
-    store = PolicyStore(dtype="bfloat16")
+    store = PolicyStore(StoreSettings(dtype="bfloat16"))
     for a in AGENTS:
         store.add_agent(a, MODEL)
     for agent in AGENTS:

@@ -19,6 +19,7 @@ One timing per grid point (``repeats`` to take the minimum of more), after one w
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from dataclasses import dataclass
@@ -80,9 +81,10 @@ def calibrate(cfg, grid: Grid) -> Calibration:
     """Measure every table of the step model for the recipe config ``cfg`` (see the module doc)."""
     check_config(cfg, grid)
     t = cfg.trainer
-    store = build.policy_store(cfg.model, lr=t.lr, micro_batch=t.micro_batch, max_grad_norm=t.max_grad_norm,
-                               betas=(t.adam_beta1, t.adam_beta2), weight_decay=t.weight_decay,
-                               optim_state_dtype=t.optim_state_dtype)
+    store = build.policy_store(cfg.model)  # the trainer's AdamW and micro-batch; the update's other settings default
+    store.settings = dataclasses.replace(store.settings, lr=t.lr, micro_batch=t.micro_batch,
+                                         max_grad_norm=t.max_grad_norm, betas=(t.adam_beta1, t.adam_beta2),
+                                         weight_decay=t.weight_decay, optim_state_dtype=t.optim_state_dtype)
     agents = int(cfg.get("agents", 1) or 1)
     build.add_agents(store, [f"agent{i}" for i in range(agents)], list(cfg.model.backbones))
     engine = build_engine(cfg.engine, store, cfg.model.dtype)
@@ -178,7 +180,7 @@ def _time_decode(lane: _Lane, agents, rows: int, keys: int, steps: int) -> float
 def update_tables(store, micro_batch: int, grid: Grid, max_new_tokens: int) -> tuple[Table, Table, float]:
     agent = store.agents()[0]
     vocab = store.backbones[store.agent_backbone[agent]].causal_lm.config.vocab_size
-    on_policy = TrainerCfg()  # train_batch 0, epochs 1, no KL: one store.step over the batch
+    on_policy = TrainerCfg()  # train_batch 0, epochs 1, no KL: one store.update over the batch
 
     def step(rows: int, width: int) -> float:
         batch = _batch(rows, width, max_new_tokens, vocab)

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.train_step [--seqs 32] [--len 256] [--micro-batch 8] [--repeats 2]
                                               [--dtype bfloat16|float32] [--checkpointing-cost]
 
-Keys: train_tok_s (selfevo: PolicyStore.step with a REINFORCE++-style clipped loss, forward + backward + AdamW),
+Keys: train_tok_s (selfevo: PolicyStore.update with a REINFORCE++-style clipped loss, forward + backward + AdamW),
 achieved_gflops (4 × all parameters × tokens / second: forward plus the activation gradients through the frozen
 base; LoRA's own terms are negligible), peak_gflops (a bf16 2048³ matmul, same run), fraction_of_peak, and
 naive_peft_tok_s (plain PEFT forward/backward with a full-vocabulary fp32 log-softmax, same batch, same run).
@@ -27,7 +27,7 @@ from benchmarks.common import PeakRSS, machine, save
 
 from selfevo import models
 from selfevo.optimizers.objectives import count_tokens, ppo_clip_loss, token_mean
-from selfevo.policy import PolicyStore, SeqBatch
+from selfevo.policy import PolicyStore, StoreSettings, SeqBatch
 
 MODEL = "smollm2-135m-instruct"
 
@@ -57,7 +57,7 @@ def selfevo_step(store: PolicyStore, batch: SeqBatch, adv: torch.Tensor) -> floa
         return token_mean(loss, mb.loss_mask, normaliser)
 
     start = time.perf_counter()
-    store.step("agent", batch, loss_fn)
+    store.update("agent", batch, loss_fn)
     return time.perf_counter() - start
 
 
@@ -90,13 +90,13 @@ def checkpointing_cost(args, batch: SeqBatch, adv: torch.Tensor) -> dict:
 
     from selfevo.heap import trim
 
-    store = PolicyStore(dtype=args.dtype, micro_batch=args.micro_batch)
+    store = PolicyStore(StoreSettings(dtype=args.dtype, micro_batch=args.micro_batch))
     store.add_agent("agent", MODEL)
     peaks = PhasePeaks()
     times: dict[str, list[float]] = {"off": [], "on": []}
     for r in range(args.repeats + 1):  # the first pair warms up
         for mode in ("off", "on"):
-            store.gradient_checkpointing = mode == "on"
+            store.settings.gradient_checkpointing = mode == "on"
             trim()  # the last step's freed heap would count for this one's peak
             with peaks.phase(mode):
                 seconds = selfevo_step(store, batch, adv)
@@ -129,7 +129,7 @@ def main() -> None:
         save("train_step_checkpointing", result)
         return
     with PeakRSS() as mem:
-        store = PolicyStore(dtype=args.dtype, micro_batch=args.micro_batch)
+        store = PolicyStore(StoreSettings(dtype=args.dtype, micro_batch=args.micro_batch))
         store.add_agent("agent", MODEL)
         params = sum(p.numel() for p in store.backbones[MODEL].causal_lm.parameters() if not p.requires_grad)
         selfevo_step(store, batch, adv)  # warm-up

@@ -31,7 +31,7 @@ from common import machine, save  # noqa: E402
 from train_step import make_batch, selfevo_step  # noqa: E402
 
 from selfevo import attention, models  # noqa: E402
-from selfevo.policy import PolicyStore  # noqa: E402
+from selfevo.policy import PolicyStore, StoreSettings  # noqa: E402
 from selfevo.policy.store import Backbone  # noqa: E402
 
 # Published configs (config.json of each model on the hub), the fields that set the cost.
@@ -92,8 +92,8 @@ def sync(device: str) -> None:
 
 
 def measure(shape: str, args, peak: float) -> dict:
-    store = PolicyStore(dtype="bfloat16", device=args.device, micro_batch=args.micro_batch,
-                        gradient_checkpointing=not args.no_checkpointing)
+    store = PolicyStore(StoreSettings(dtype="bfloat16", device=args.device, micro_batch=args.micro_batch,
+                                      gradient_checkpointing=not args.no_checkpointing))
     model = random_model(shape, store.device)
     flops = model_flops(model, args.len, args.seqs)
     store.backbones[shape] = Backbone(shape, models.load_tokenizer("tiny-random"), model)

@@ -28,7 +28,7 @@ from benchmarks.common import grpo_samples, machine, save
 from selfevo import models
 from selfevo.optimizers import OPTIMIZERS, Samples
 from selfevo.optimizers.trainer import TrainerCfg
-from selfevo.policy import LoraSettings, PolicyStore
+from selfevo.policy import LoraSettings, PolicyStore, StoreSettings
 
 
 class Count(TorchDispatchMode):
@@ -59,8 +59,9 @@ def deep_tiny(folder: Path, layers: int) -> Path:
 
 def count(model: Path, attention: str, micro_batch: int, samples: Samples) -> dict:
     torch.manual_seed(0)
-    store = PolicyStore(dtype="float32", lora=LoraSettings(r=16, alpha=32), lr=1e-4, micro_batch=micro_batch,
-                        shared_prompts=True, gradient_checkpointing=True, packed_attention=attention)
+    store = PolicyStore(StoreSettings(dtype="float32", lora=LoraSettings(r=16, alpha=32), lr=1e-4,
+                                      micro_batch=micro_batch, shared_prompts=True, gradient_checkpointing=True,
+                                      packed_attention=attention))
     store.add_agent("a0", str(model))
     update = OPTIMIZERS.get("grpo")(TrainerCfg(kl_coef=0.04, kl_in_reward=False))
     update(store, "a0", samples)  # first use: lazy initialisations left out of the count
