@@ -6,6 +6,8 @@ at module level, in a class body, or inside a function (a lazy import is still a
 is an import of the module ``pkg.name`` when that module exists, else of ``pkg``. Importing ``pkg.mod`` from outside
 ``pkg`` first runs ``pkg/__init__.py``, so for the cycle check that import also reaches ``pkg`` (a module inside
 ``pkg`` is imported while ``pkg`` is: its package's ``__init__`` importing it is how a package is assembled).
+
+And the sizes: no file of the package over 500 lines, no function or method over 60 (the sandbox's files excepted).
 """
 from __future__ import annotations
 
