@@ -19,10 +19,7 @@ def test_cli_errors_are_one_line(capsys):
     assert "tiny-random" in out
     # the kit's registries: roles with their kind, reward sources, optimizers
     assert "generic.selector         selector" in out and "comas.scorer             scorer" in out
-    assert ("reward sources: azr_propose, azr_solve, critic_score, format, interaction_scores, majority_vote, "
-            "noisy_judge, sage_challenge, "
-            "sage_plan_solve, "
-            "slate") in out
+    assert ("reward sources: critic_score, format, interaction_scores, majority_vote, noisy_judge, slate") in out
     assert "optimizers: clpo, grpo, none, reinforce_pp, sft, task_relative" in out
 
 

@@ -27,6 +27,15 @@ class Recipe:
 
 
 RECIPES: Registry[Recipe] = Registry("recipe")
+
+
+def new_task_labels(recipe: str | None) -> frozenset[str]:
+    """The turn labels of ``recipe`` whose text answers the task its episodes generated (their log's ``new_task``,
+    :func:`~selfevo.algorithms.pool.note_new_task`): the recipe module's ``NEW_TASK_LABELS`` (SAGE's and MAE's
+    difficulty samples); none for a recipe that generates no tasks or is not registered."""
+    if recipe not in RECIPES.names():
+        return frozenset()
+    return frozenset(getattr(RECIPES.get(recipe).load(), "NEW_TASK_LABELS", ()))
 for _r in (
     Recipe("demo", "selfevo.algorithms.demo", "DemoCfg",
            "several agents (LoRA adapters) answer questions in one batch", kind="demo"),

@@ -12,7 +12,7 @@ from the deduction and abduction buffers); the proposer writes a program and an 
 in the sandbox (:func:`~selfevo.verifiers.azr.validate_proposal`: runs, twice alike in each of ``protocol.runs``
 processes, no banned word, literal inputs); a valid one gets n solver rollouts (its r̄_solve, Eq. 4) and enters the
 kind's buffer; (2) solve phase — B solve tasks per kind: this step's new valid triplets first, then triplets drawn
-from the buffer; (3) rewards Eq. 4-6 (``rewards/azr.py``); (4) one Task-Relative REINFORCE++ update of the one
+from the buffer; (3) rewards Eq. 4-6 (:func:`propose_rewards`, :func:`solve_rewards`); (4) one Task-Relative REINFORCE++ update of the one
 adapter, advantages normalised per (kind, role): six baselines. The buffers start from the identity triplet and are
 saved with the checkpoint (``RUN_DIR/buffers.json``).
 """
@@ -21,16 +21,31 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from selfevo.algorithms.pool import ItemBuffers
 from selfevo.config import opt
 from selfevo.interaction import Episode, ask
 from selfevo.loop import Loop, Phase, RunCfg, TrainerCfg, Update, checkpoint
-from selfevo.algorithms.pool import ItemBuffers
-from selfevo.rewards import REWARD_SOURCES
+from selfevo.rewards import RewardResult, RewardSource
+from selfevo.rewards.formulas import azr_propose_reward, azr_reward, azr_solve_rate
 from selfevo.roles.azr import KINDS, AZRProposer, AZRSolver
 from selfevo.types import Task
+from selfevo.verifiers import verify
 from selfevo.verifiers.azr import BANNED, IDENTITY, IDENTITY_INDUCTION, solve_task, validate_proposal
 
 AGENT = "azr"
+# turn labels: ``<kind>.propose`` and ``<kind>.solve`` (six, each its own advantage group), and the solver rollouts
+# that measure a proposed task's r̄_solve
+PROPOSE, SOLVE, ESTIMATE = "propose", "solve", "estimate"
+
+
+def label(kind: str, part: str) -> str:
+    """The label of a ``kind``'s proposer (``part`` :data:`PROPOSE`) or solver (:data:`SOLVE`) turn."""
+    return f"{kind}.{part}"
+
+
+def part_of(turn_label: str) -> str:
+    """:data:`PROPOSE` or :data:`SOLVE` of a label made by :func:`label` (:data:`ESTIMATE` stays itself)."""
+    return turn_label.rpartition(".")[2]
 REFERENCE_KINDS = {"deduction": ("deduction",), "abduction": ("abduction",), "induction": ("deduction", "abduction")}
 
 
@@ -79,13 +94,13 @@ class Roles:
 
 
 def propose_program(roles: Roles, p: AZRProtocolCfg):
-    """Proposer → validation in the sandbox → (a valid task) n solver rollouts, role ``estimate``. The episode's
+    """Proposer → validation in the sandbox → (a valid task) n solver rollouts, label :data:`ESTIMATE`. The episode's
     ``meta``: ``valid``, ``validity`` (``valid`` or why not) and, for a valid task, its ``triplet``."""
 
     def program(ep: Episode):
         meta = ep.task.meta["azr"]
         kind = meta["kind"]
-        turn = yield ask(roles.propose[kind], AGENT, ep.task, label=f"{kind}.propose")
+        turn = yield ask(roles.propose[kind], AGENT, ep.task, label=label(kind, PROPOSE))
         triplet, reason = None, "format"
         if turn.parsed.ok:
             triplet, reason = validate_proposal(kind, turn.parsed.value, meta["references"][0], p.banned, p.runs)
@@ -93,7 +108,7 @@ def propose_program(roles: Roles, p: AZRProtocolCfg):
         if triplet is not None:
             ep.meta["triplet"] = triplet
             task = solve_task(kind, triplet)
-            yield [ask(roles.solve[kind], AGENT, task, label="estimate") for _ in range(p.rollouts)]
+            yield [ask(roles.solve[kind], AGENT, task, label=ESTIMATE) for _ in range(p.rollouts)]
 
     return program
 
@@ -101,7 +116,7 @@ def propose_program(roles: Roles, p: AZRProtocolCfg):
 def solve_program(roles: Roles):
     def program(ep: Episode):
         kind = ep.task.meta["azr"]["kind"]
-        yield ask(roles.solve[kind], AGENT, ep.task, label=f"{kind}.solve")
+        yield ask(roles.solve[kind], AGENT, ep.task, label=label(kind, SOLVE))
 
     return program
 
@@ -148,17 +163,81 @@ def step_of(loop: Loop, step: int, buffers: ItemBuffers, roles: Roles, rewards: 
     def solve_tasks() -> list[Task]:
         return [solve_task(k, t) for k in p.kinds for t in (new[k] + buffers.sample(rng, k, b - len(new[k])))[:b]]
 
-    trained = {"propose": p.train_proposer, "solve": p.train_solver}
+    trained = {PROPOSE: p.train_proposer, SOLVE: p.train_solver}
     phases = [Phase("propose", propose_tasks(buffers, rng, p, b), propose_program(roles, p), rewards[0], key="p",
                     after=admit),
               Phase("solve", solve_tasks, solve_program(roles), rewards[1], key="s")]
     return loop.run_step(step, phases, [Update(group_by=lambda t: t.role,
-                                               include=lambda t: trained.get(t.role.rpartition(".")[2], False))])
+                                               include=lambda t: trained.get(part_of(t.role), False))])
+
+
+# ---- rewards (Sec. 3.1-3.3) --------------------------------------------------------------------------------------
+def _ok(turn) -> bool:
+    return turn.parsed is not None and turn.parsed.ok
+
+
+def _mean(xs: list[float]) -> float | None:
+    return round(sum(xs) / len(xs), 4) if xs else None
+
+
+def _by_kind(pairs: list[tuple[str, float]], name: str) -> dict:
+    kinds = sorted({k for k, _ in pairs})
+    return {f"{name}.{k}": _mean([v for kk, v in pairs if kk == k]) for k in kinds}
+
+
+def propose_rewards(released_penalties: bool = False) -> RewardSource:
+    """Reward source of propose episodes (one proposer turn and, for a valid task, its :data:`ESTIMATE` rollouts;
+    ``valid`` and ``triplet`` in ``episode.meta`` from :func:`propose_program`). Proposer: Eq. 6 around Eq. 4 —
+    ``1 - r̄_solve`` (0 for r̄_solve 0 or 1) for a valid task, -0.5 for a well-formatted invalid one, -1 for a format
+    error; ``released_penalties``: the released code's reading instead — a valid task whose reward is 0 gets -0.5 and
+    an invalid one -1 (its validation failures zero the format score). The rollouts are measured, not trained (reward
+    None). Metrics per kind: ``valid.<kind>`` (share of proposals that became triplets), ``solve_rate.<kind>`` (mean
+    r̄_solve of the valid ones, also the episode's ``solve_rate``)."""
+
+    def source(episodes: list[Episode]) -> RewardResult:
+        out, valid, rates = [], [], []
+        for ep in episodes:
+            kind, rewards = ep.task.meta["azr"]["kind"], {}
+            i = next(j for j, t in enumerate(ep.turns) if t.role == label(kind, PROPOSE))
+            is_valid, r_propose = bool(ep.meta.get("valid")), 0.0
+            if is_valid:
+                task = solve_task(kind, ep.meta["triplet"])
+                rate = azr_solve_rate([verify(task, t.answer).score >= 1.0 for t in ep.turns if t.role == ESTIMATE])
+                r_propose = azr_propose_reward(rate)
+                ep.meta["solve_rate"] = rate
+                rates.append((kind, rate))
+            formatted, passable = (is_valid, is_valid and r_propose > 0) if released_penalties else \
+                (_ok(ep.turns[i]), is_valid)
+            rewards[i] = azr_reward(r_propose, formatted, passable)
+            rewards.update({j: None for j, t in enumerate(ep.turns) if t.role == ESTIMATE})
+            valid.append((kind, float(is_valid)))
+            out.append(rewards)
+        return RewardResult(out, {**_by_kind(valid, "valid"), **_by_kind(rates, "solve_rate")})
+
+    return source
+
+
+def solve_rewards() -> RewardSource:
+    """Reward source of solve episodes (one solver turn on a triplet's solve task): Eq. 6 around Eq. 5 — 1 if the
+    ``azr`` verifier finds it right, -0.5 if wrong but formatted, -1 if its answer block is missing. Metrics:
+    ``accuracy.<kind>`` (solve episodes right)."""
+
+    def source(episodes: list[Episode]) -> RewardResult:
+        out, correct = [], []
+        for ep in episodes:
+            kind = ep.task.meta["azr"]["kind"]
+            i = next(j for j, t in enumerate(ep.turns) if t.role == label(kind, SOLVE))
+            right = verify(ep.task, ep.turns[i].answer).score >= 1.0
+            correct.append((kind, float(right)))
+            out.append({i: azr_reward(1.0, _ok(ep.turns[i]), right)})
+        return RewardResult(out, _by_kind(correct, "accuracy"))
+
+    return source
 
 
 def main(cfg) -> None:
     roles = Roles.build(cfg.protocol)
-    rewards = (REWARD_SOURCES.get("azr_propose")(cfg.protocol.released_penalties), REWARD_SOURCES.get("azr_solve")())
+    rewards = (propose_rewards(cfg.protocol.released_penalties), solve_rewards())
     with Loop(cfg, agents=[AGENT]) as loop:
         buffers = start_buffers(loop)
         for step in loop.steps():

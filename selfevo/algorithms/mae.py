@@ -39,13 +39,17 @@ from dataclasses import dataclass
 from selfevo.config import SamplingCfg, opt
 from selfevo.interaction import Episode, ask
 from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update, load_entries
-from selfevo.algorithms.pool import QuestionPool, admit_each, start_pool
+from selfevo.algorithms.pool import QuestionPool, admit_each, note_new_task, start_pool
 from selfevo.rewards import REWARD_SOURCES, RewardResult, labelled, weighted_sum
 from selfevo.rewards.formulas import mae_difficulty, mae_proposer_reward, sage_norm, soft_format_reward
 from selfevo.roles import get_role
 from selfevo.roles.mae import FORMAT_TAGS
 
-ROLES = ("proposer", "solver", "judge")
+ROLES = PROPOSER, SOLVER, JUDGE = ("proposer", "solver", "judge")  # the roles, each a turn label too
+# the Solver answers that measure a new question's R_difficulty: they answer the episode's generated task
+# (NEW_TASK_LABELS: what selfevo report verifies against it)
+DIFFICULTY = "difficulty"
+NEW_TASK_LABELS = (DIFFICULTY,)
 AGENT = "mae"
 
 
@@ -95,14 +99,14 @@ def propose_program(roles: dict, n_samples: int, n_judge: int = 1):
     def program(ep: Episode):
         shown = bool(ep.task.meta.get("with_reference"))
         ep.meta["with_reference"] = shown
-        prop = yield ask(roles["proposer"], AGENT, ep.task, label="proposer", reference=ep.task if shown else None)
+        prop = yield ask(roles[PROPOSER], AGENT, ep.task, label=PROPOSER, reference=ep.task if shown else None)
         if not prop.parsed.ok:
             return
         new = prop.parsed.value
-        ep.meta["new_task"] = {"id": new.id, "question": new.question}
-        first = yield [*[ask(roles["judge"], AGENT, new, label="judge", refs={"target": prop}) for _ in range(n_judge)],
-                       *[ask(roles["solver"], AGENT, new, label="difficulty") for _ in range(n_samples)]]
-        yield [ask(roles["judge"], AGENT, new, label="judge", refs={"target": a}, subject="answer", solution=a.text)
+        note_new_task(ep, new, ("id", "question"))
+        first = yield [*[ask(roles[JUDGE], AGENT, new, label=JUDGE, refs={"target": prop}) for _ in range(n_judge)],
+                       *[ask(roles[SOLVER], AGENT, new, label=DIFFICULTY) for _ in range(n_samples)]]
+        yield [ask(roles[JUDGE], AGENT, new, label=JUDGE, refs={"target": a}, subject="answer", solution=a.text)
                for a in first[n_judge:] for _ in range(n_judge)]
 
     return program
@@ -112,8 +116,8 @@ def solve_program(roles: dict, n_judge: int = 1):
     """Solver → ``n_judge`` Judges on its answer."""
 
     def program(ep: Episode):
-        answer = yield ask(roles["solver"], AGENT, ep.task, label="solver")
-        yield [ask(roles["judge"], AGENT, ep.task, label="judge", refs={"target": answer}, subject="answer",
+        answer = yield ask(roles[SOLVER], AGENT, ep.task, label=SOLVER)
+        yield [ask(roles[JUDGE], AGENT, ep.task, label=JUDGE, refs={"target": answer}, subject="answer",
                    solution=answer.text) for _ in range(n_judge)]
 
     return program
@@ -124,7 +128,7 @@ def judged(ep: Episode, role: str) -> list[float | None]:
     """The normalised Judge scores of the episode's turns of ``role`` (SAGE Eq. 2 with 1 → 0, clipped to [0, 1] as
     the released code; None: the score did not parse), every Judge call of every such turn."""
     return [sage_norm(t.parsed.value, one_is_min=True, clip=True) if t.parsed.ok else None
-            for t in ep.turns if t.role == "judge" and ep.turns[t.refs["target"]].role == role]
+            for t in ep.turns if t.role == JUDGE and ep.turns[t.refs["target"]].role == role]
 
 
 def mean_parsed(scores: list[float | None], unparsed: float) -> float:
@@ -139,8 +143,8 @@ def admit(ep: Episode, pool: QuestionPool, p: MAEProtocolCfg, step: int) -> str 
     prop = ep.turns[0]
     if not prop.parsed.ok:
         return "format"
-    ep.meta["quality"] = quality = mean_parsed(judged(ep, "proposer"), p.unparsed_score)
-    ep.meta["difficulty"] = difficulty = mae_difficulty(judged(ep, "difficulty"), p.unparsed_score)
+    ep.meta["quality"] = quality = mean_parsed(judged(ep, PROPOSER), p.unparsed_score)
+    ep.meta["difficulty"] = difficulty = mae_difficulty(judged(ep, DIFFICULTY), p.unparsed_score)
     if quality < p.quality_threshold:
         return "low quality"
     if pool.contains(prop.parsed.value.question):
@@ -157,11 +161,11 @@ def proposer_rewards(p: MAEProtocolCfg):
         out, paid = [], []
         for ep in episodes:
             prop = ep.turns[0]
-            r_f = soft_format_reward(prop.answer, FORMAT_TAGS["proposer"])
+            r_f = soft_format_reward(prop.answer, FORMAT_TAGS[PROPOSER])
             r = mae_proposer_reward(ep.meta.get("quality", 0.0), ep.meta.get("difficulty", 0.0), r_f,
                                     prop.parsed.ok, p.quality_threshold, weights)
             paid.append(r)
-            out.append({0: r, **{i: None for i, t in enumerate(ep.turns) if t.role == "difficulty"}})
+            out.append({0: r, **{i: None for i, t in enumerate(ep.turns) if t.role == DIFFICULTY}})
         return RewardResult(out, {"proposer_reward": round(sum(paid) / len(paid), 4) if paid else None})
 
     return source
@@ -172,10 +176,10 @@ def reward_sources(p: MAEProtocolCfg) -> dict:
     def fmt(role: str, phase: str):
         return labelled(REWARD_SOURCES.get("format")(FORMAT_TAGS[role], [role]), f"{phase}.{role}_")
 
-    judge_score = REWARD_SOURCES.get("critic_score")("judge", "target", True, p.unparsed_score, clip=True)
+    judge_score = REWARD_SOURCES.get("critic_score")(JUDGE, "target", True, p.unparsed_score, clip=True)
     w = p.solver_judge_weight
-    return {"propose": weighted_sum([(1.0, proposer_rewards(p)), (1.0, fmt("judge", "propose"))]),
-            "solve": weighted_sum([(w, judge_score), (1 - w, fmt("solver", "solve")), (1.0, fmt("judge", "solve"))])}
+    return {"propose": weighted_sum([(1.0, proposer_rewards(p)), (1.0, fmt(JUDGE, "propose"))]),
+            "solve": weighted_sum([(w, judge_score), (1 - w, fmt(SOLVER, "solve")), (1.0, fmt(JUDGE, "solve"))])}
 
 
 # ---- the loop ---------------------------------------------------------------------------------------------------

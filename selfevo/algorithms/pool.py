@@ -21,6 +21,7 @@ from selfevo.tasks import TaskDataError
 from selfevo.tasks.base import jsonl_records
 from selfevo.types import Task
 
+NEW_TASK = "new_task"  # an episode's generated task, as its log records it (selfevo report verifies answers to it)
 FIELDS = ("id", "domain", "question", "origin", "difficulty", "verifier", "reference", "tests", "reference_solution",
           "entry_point", "prompt_format")
 REQUIRED = ("id", "domain", "question", "origin")
@@ -165,6 +166,13 @@ def start_pool(loop, seeds: Callable[[], list[Task]]) -> QuestionPool:
     if saved is not None:
         return QuestionPool.from_jsonl(saved)
     return QuestionPool.from_tasks(loop.tasks(seeds))
+
+
+def note_new_task(ep, task: Task, fields: tuple[str, ...]) -> None:
+    """Record the task an episode generated (its ``fields``, e.g. id, question, reference) in the episode's log
+    (``meta["new_task"]``): ``selfevo report`` verifies the turns whose label the recipe names in its
+    ``NEW_TASK_LABELS`` against it."""
+    ep.meta[NEW_TASK] = {name: getattr(task, name) for name in fields}
 
 
 def admit_each(episodes: list, pool: QuestionPool, admit: Callable[[object], str | None]) -> dict:

@@ -13,7 +13,7 @@ verified success, Eq. 4); an item enters the pool iff it parses, s_q ≥ α, its
 parses; code: the reference solution passes its own tests twice in the sandbox and the tests call the named
 function) and it is new; (2) plan-solve phase — ``trainer.tasks_per_step`` items drawn from the pool; the Planner
 plans, the Critic scores the plan (s_p), the Solver answers with the plan iff s_p ≥ β; (3) rewards Eq. 5-13
-(``rewards/sage.py``); (4) one Task-Relative REINFORCE++ update of the shared adapter over every role's turns,
+(:func:`challenge_rewards` from each challenge episode's :class:`Admission`, :func:`plan_solve_rewards`); (4) one Task-Relative REINFORCE++ update of the shared adapter over every role's turns,
 advantages normalised per role (Eq. 1). The pool is saved with the checkpoint (``RUN_DIR/pool.jsonl``).
 """
 from __future__ import annotations
@@ -21,13 +21,15 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+from typing import Mapping
 
+from selfevo.algorithms.pool import QuestionPool, admit_each, note_new_task, start_pool
 from selfevo.config import ConfigError, SamplingCfg, opt
-from selfevo.interaction import Episode, ask
+from selfevo.interaction import Episode, Turn, ask
 from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update
-from selfevo.algorithms.pool import QuestionPool, admit_each, start_pool
-from selfevo.rewards import REWARD_SOURCES
-from selfevo.rewards.formulas import sage_difficulty, sage_norm, sage_plan_gate
+from selfevo.rewards import RewardResult, RewardSource
+from selfevo.rewards.formulas import (sage_challenger_reward, sage_critic_reward, sage_difficulty, sage_norm,
+                                      sage_plan_gate, sage_planner_reward, sage_solver_reward, soft_format_reward)
 from selfevo.roles import get_role
 from selfevo.roles.sage import format_tags
 from selfevo.tasks import sage_seed_set
@@ -35,7 +37,11 @@ from selfevo.types import Task
 from selfevo.verifiers import verify
 from selfevo.verifiers.validate import check_generated, static_check, validate_item
 
-ROLES = ("challenger", "planner", "solver", "critic")
+# the roles, each a turn label too; DIFFICULTY labels the Solver samples that measure a new question's r_d (Eq. 4):
+# they answer the episode's generated task (NEW_TASK_LABELS: what selfevo report verifies against it)
+ROLES = CHALLENGER, PLANNER, SOLVER, CRITIC = ("challenger", "planner", "solver", "critic")
+DIFFICULTY = "difficulty"
+NEW_TASK_LABELS = (DIFFICULTY,)
 
 
 @dataclass
@@ -103,27 +109,32 @@ class SageCfg(RunCfg):
 
 # ---- roles and episode programs ---------------------------------------------------------------------------------
 @dataclass
-class Agents:
-    """Which adapter plays each role (one shared, or one per role) and the roles with their format options."""
+class Cast:
+    """Who plays each role — the adapter (agent) of each: one shared, or one per role — and the roles with their
+    format options."""
 
-    names: dict[str, str]
+    players: dict[str, str]
     roles: dict
 
     @classmethod
-    def build(cls, p: SageProtocolCfg) -> "Agents":
-        names = {r: (r if p.per_role_adapters else "sage") for r in ROLES}
+    def build(cls, p: SageProtocolCfg) -> "Cast":
+        players = {r: (r if p.per_role_adapters else "sage") for r in ROLES}
         roles = {r: get_role(f"sage.{r}", prefix=getattr(p, f"{r}_prefix")) for r in ROLES}
-        roles["critic"].temperature = p.critic_temperature
-        return cls(names, roles)
+        roles[CRITIC].temperature = p.critic_temperature
+        return cls(players, roles)
+
+    def agents(self) -> list[str]:
+        """The adapters that play the roles, each once."""
+        return list(dict.fromkeys(self.players.values()))
 
     def ask(self, role: str, task: Task, label: str | None = None, **kw):
-        return ask(self.roles[role], self.names[role], task, label=label or role, **kw)
+        return ask(self.roles[role], self.players[role], task, label=label or role, **kw)
 
 
 CHAIN = {"math": ("question", "answer"), "code": ("question", "tests", "solution")}
 
 
-def challenge_program(a: Agents, n_samples: int, tag_chain: bool = False):
+def challenge_program(a: Cast, n_samples: int, tag_chain: bool = False):
     """Challenger (one turn, or one per tag with ``tag_chain``) → (Critic on the question ‖ N_s Solver samples).
     An item whose verifier fails a check that runs no code (:func:`prescreen`) is still scored by the Critic (it
     gets Eq. 6 with that score) but not tried by the Solver: its r_d would not be used."""
@@ -133,10 +144,9 @@ def challenge_program(a: Agents, n_samples: int, tag_chain: bool = False):
         if not ch.parsed.ok:
             return
         new = ch.parsed.value
-        ep.meta["new_task"] = {"id": new.id, "question": new.question, "reference": new.reference,
-                               "tests": new.tests, "entry_point": new.entry_point}
-        solvers = [] if prescreen(new)[0] else [a.ask("solver", new, label="difficulty") for _ in range(n_samples)]
-        yield [a.ask("critic", new, refs={"target": ch}, subject="question"), *solvers]
+        note_new_task(ep, new, ("id", "question", "reference", "tests", "entry_point"))
+        solvers = [] if prescreen(new)[0] else [a.ask(SOLVER, new, label=DIFFICULTY) for _ in range(n_samples)]
+        yield [a.ask(CRITIC, new, refs={"target": ch}, subject="question"), *solvers]
 
     return program
 
@@ -148,72 +158,177 @@ def prescreen(task: Task) -> tuple[str | None, str]:
     return (reason, detail) if reason else check_generated(task)
 
 
-def single_challenger(a: Agents, ep: Episode):
-    return (yield a.ask("challenger", ep.task, reference=ep.task))
+def single_challenger(a: Cast, ep: Episode):
+    return (yield a.ask(CHALLENGER, ep.task, reference=ep.task))
 
 
-def chained_challenger(a: Agents, ep: Episode):
+def chained_challenger(a: Cast, ep: Episode):
     """One stage per tag: stage i starts with the tags written so far and the next opening tag, and stops at its
     closing tag; the last stage's turn is parsed from the whole chained answer (every stage is a challenger turn)."""
-    written = a.roles["challenger"].prefix
+    written = a.roles[CHALLENGER].prefix
     for tag in CHAIN[ep.task.domain]:
-        stage = a.ask("challenger", ep.task, reference=ep.task)
+        stage = a.ask(CHALLENGER, ep.task, reference=ep.task)
         stage.prefix, stage.stop = written + ("" if written.endswith(f"<{tag}>") else f"<{tag}>"), (f"</{tag}>",)
         turn = yield stage
         written = turn.answer + f"</{tag}>\n"
-    turn.parsed = a.roles["challenger"].parse(written, reference=ep.task)
+    turn.parsed = a.roles[CHALLENGER].parse(written, reference=ep.task)
     turn.meta["full_answer"] = written
     return turn
 
 
-def plan_solve_program(a: Agents, p: SageProtocolCfg):
+def plan_solve_program(a: Cast, p: SageProtocolCfg):
     """Planner → Critic on the plan → Solver (with the plan iff Norm(s_p) ≥ β and the plan is not empty); the
     episode's ``meta["plan_shown"]`` says whether the Solver saw it (only then is it paid s̃_p, Eq. 10)."""
 
     def program(ep: Episode):
         plan = None
         if p.plan:
-            planner = yield a.ask("planner", ep.task)
+            planner = yield a.ask(PLANNER, ep.task)
             text = (planner.parsed.value if planner.parsed.ok else re.sub(r"</?plan>", "", planner.text)).strip()
-            critic = yield a.ask("critic", ep.task, refs={"target": planner}, subject="plan", plan=text)
+            critic = yield a.ask(CRITIC, ep.task, refs={"target": planner}, subject="plan", plan=text)
             s_p = sage_norm(critic.parsed.value if critic.parsed.ok else None, one_is_min=not p.norm_one_is_max)
             plan = text if sage_plan_gate(s_p, p.beta) and text else None
             ep.meta["plan_shown"] = plan is not None
-        yield a.ask("solver", ep.task, **({"plan": plan} if plan else {}))
+        yield a.ask(SOLVER, ep.task, **({"plan": plan} if plan else {}))
 
     return program
 
 
 # ---- admission to the pool --------------------------------------------------------------------------------------
-def admit(ep: Episode, pool: QuestionPool, p: SageProtocolCfg, step: int) -> str | None:
-    """Algorithm 1 lines 7-13 for one challenge episode: fills ``ep.meta`` (s_q, valid, r_d, duplicate,
-    difficulty_filtered) and adds the new item to the pool; returns the rejection reason (None = admitted). The
-    verifier is valid when :func:`validate_item` (math: the answer parses; code: format, the reference passes twice)
-    and :func:`check_generated` (no words in a math answer, no answer in the question, a reference that verifies
-    against itself) accept it."""
-    ch = [t for t in ep.turns if t.role == "challenger"][-1]
+@dataclass
+class Admission:
+    """What Algorithm 1 lines 7-13 found for one challenge episode (:func:`admit`): ``reason`` None = admitted, else
+    why not; ``s_q`` Norm of the Critic's question score (None: no question parsed); ``valid`` whether the item's
+    verifier passed its checks (None: not checked, s_q < α); ``r_d`` 1 − the difficulty samples' verified success
+    (Eq. 4; None: not measured); ``duplicate`` (the question is already in the pool) and ``difficulty_filtered``
+    (rejected by the optional difficulty filter)."""
+
+    reason: str | None = None
+    s_q: float | None = None
+    valid: bool | None = None
+    r_d: float | None = None
+    duplicate: bool = False
+    difficulty_filtered: bool = False
+
+    def credited(self, pay_duplicates: bool) -> bool:
+        """Whether the Challenger is paid Eq. 5 (else Eq. 6): a valid verifier, not filtered, and not a rejected
+        duplicate (unless ``pay_duplicates``)."""
+        return bool(self.valid) and not self.difficulty_filtered and (pay_duplicates or not self.duplicate)
+
+    def record(self) -> dict:
+        """The fields that were found, as the episode's log records them (``episodes.jsonl``)."""
+        found = {"s_q": self.s_q, "valid": self.valid, "r_d": self.r_d}
+        flags = {"duplicate": self.duplicate, "difficulty_filtered": self.difficulty_filtered}
+        return {**{k: v for k, v in found.items() if v is not None}, **{k: True for k, v in flags.items() if v}}
+
+
+def admit(ep: Episode, pool: QuestionPool, p: SageProtocolCfg, step: int) -> Admission:
+    """Algorithm 1 lines 7-13 for one challenge episode: its :class:`Admission`; an admitted item is added to the
+    pool. The verifier is valid when :func:`validate_item` (math: the answer parses; code: format, the reference
+    passes twice) and :func:`check_generated` (no words in a math answer, no answer in the question, a reference
+    that verifies against itself) accept it."""
+    ch = [t for t in ep.turns if t.role == CHALLENGER][-1]
     if not ch.parsed.ok:
-        return "format"
+        return Admission("format")
     new = ch.parsed.value
-    critic = next(t for t in ep.turns if t.role == "critic")
-    ep.meta["s_q"] = s_q = sage_norm(critic.parsed.value if critic.parsed.ok else None,
-                                     one_is_min=not p.norm_one_is_max)
+    critic = next(t for t in ep.turns if t.role == CRITIC)
+    s_q = sage_norm(critic.parsed.value if critic.parsed.ok else None, one_is_min=not p.norm_one_is_max)
     if s_q < p.alpha:
-        return "low quality"
+        return Admission("low quality", s_q)
     reason = prescreen(new)[0] or validate_item(new)
-    ep.meta["valid"] = reason is None
     if reason is not None:
-        return reason
-    verdicts = [verify(new, t.text).score for t in ep.turns if t.role == "difficulty"]
-    ep.meta["r_d"] = r_d = sage_difficulty(verdicts)
+        return Admission(reason, s_q, valid=False)
+    r_d = sage_difficulty([verify(new, t.text).score for t in ep.turns if t.role == DIFFICULTY])
     if pool.contains(new.question):
-        ep.meta["duplicate"] = True
-        return "duplicate"
+        return Admission("duplicate", s_q, True, r_d, duplicate=True)
     if p.difficulty_filter and not p.min_difficulty <= r_d <= p.max_difficulty:
-        ep.meta["difficulty_filtered"] = True
-        return "too easy" if r_d < p.min_difficulty else "too hard"
+        return Admission("too easy" if r_d < p.min_difficulty else "too hard", s_q, True, r_d,
+                         difficulty_filtered=True)
     pool.add(new, f"step {step}", r_d)
-    return None
+    return Admission(None, s_q, True, r_d)
+
+
+# ---- rewards (Eq. 5-13) -----------------------------------------------------------------------------------------
+def _score(turn: Turn | None, one_is_min: bool) -> float | None:
+    """Norm of a Critic turn's parsed 1-10 score (Eq. 2; an unparsed score is Norm's 'otherwise', 0.5)."""
+    if turn is None:
+        return None
+    return sage_norm(turn.parsed.value if turn.parsed is not None and turn.parsed.ok else None, one_is_min)
+
+
+def _rf(turn: Turn, domain: str) -> float:
+    """r_f: :func:`soft_format_reward` of a turn's whole answer (prefix included; a staged Challenger's chained
+    answer is in ``meta["full_answer"]``) with its role's tags (a difficulty sample's: the Solver's)."""
+    answer = turn.meta.get("full_answer", turn.answer)
+    return soft_format_reward(answer, format_tags(turn.role if turn.role != DIFFICULTY else SOLVER, domain))
+
+
+def _mean(xs: list[float]) -> float | None:
+    return round(sum(xs) / len(xs), 4) if xs else None
+
+
+def challenge_rewards(p: SageProtocolCfg, admissions: Mapping[str, Admission]) -> RewardSource:
+    """Reward source of challenge episodes (the Challenger's turns: one, or one per tag when it writes them in
+    stages, the last holding the whole answer; if its question parsed, a Critic turn and N_s difficulty samples),
+    each paid from its :class:`Admission` (``admissions[episode.key]``). Challenger: Eq. 5 when credited
+    (:meth:`Admission.credited`), else Eq. 6 (an item that does not enter the pool; ``s_q = 0`` when no question
+    parsed). Critic: Eq. 13. The difficulty samples only measure r_d: no reward, not trained."""
+
+    def source(episodes: list[Episode]) -> RewardResult:
+        out, formats = [], {CHALLENGER: [], CRITIC: []}
+        for ep in episodes:
+            domain, seen = ep.task.domain, admissions[ep.key]
+            stages = [i for i, t in enumerate(ep.turns) if t.role == CHALLENGER]
+            r_f = _rf(ep.turns[stages[-1]], domain)
+            formats[CHALLENGER].append(r_f)
+            r_c = sage_challenger_reward(seen.s_q or 0.0, seen.r_d if seen.r_d is not None else 0.0, r_f,
+                                         seen.credited(p.pay_duplicates), p.alpha)
+            rewards: dict[int, float | None] = {i: r_c for i in stages}
+            for i, t in enumerate(ep.turns):
+                if t.role == CRITIC:
+                    rewards[i] = sage_critic_reward(_rf(t, domain))
+                    formats[CRITIC].append(rewards[i])
+                elif t.role != CHALLENGER:
+                    rewards[i] = None  # difficulty samples: measured, not trained
+            out.append(rewards)
+        return RewardResult(out, {f"format.{k}": _mean(v) for k, v in formats.items()})
+
+    return source
+
+
+def plan_solve_rewards(p: SageProtocolCfg) -> RewardSource:
+    """Reward source of plan-solve episodes: Planner Eq. 8; Critic on the plan Eq. 13; Solver Eq. 10-11 with
+    ``s_gt`` from the task's verifier and s̃_p = 0 for a plan it did not see (``meta["plan_shown"]``; the ½/½
+    fallback when the planner is off). A Critic score of 1 normalises to 0 unless ``protocol.norm_one_is_max``."""
+    weights, one_is_min = (p.w_plan, p.w_correct, p.w_format), not p.norm_one_is_max
+
+    def source(episodes: list[Episode]) -> RewardResult:
+        out, correct = [], []
+        formats: dict[str, list[float]] = {PLANNER: [], SOLVER: [], CRITIC: []}
+        for ep in episodes:
+            domain, by_role = ep.task.domain, {t.role: i for i, t in enumerate(ep.turns)}
+            rewards: dict[int, float | None] = {}
+            s_p = _score(ep.turns[by_role[CRITIC]], one_is_min) if CRITIC in by_role else None
+            if PLANNER in by_role:
+                i = by_role[PLANNER]
+                formats[PLANNER].append(r_f := _rf(ep.turns[i], domain))
+                rewards[i] = sage_planner_reward(s_p, r_f, p.lambda_plan, p.lambda_f)
+            if CRITIC in by_role:
+                i = by_role[CRITIC]
+                rewards[i] = sage_critic_reward(_rf(ep.turns[i], domain))
+                formats[CRITIC].append(rewards[i])
+            i = by_role[SOLVER]
+            s_gt = float(verify(ep.task, ep.turns[i].text).score)
+            formats[SOLVER].append(r_f := _rf(ep.turns[i], domain))
+            correct.append(s_gt >= 1.0)
+            shown = s_p if ep.meta.get("plan_shown", True) else 0.0  # s̃_p is paid only for a plan the Solver saw
+            rewards[i] = sage_solver_reward(s_gt, r_f, shown, p.beta, weights)
+            out.append(rewards)
+        metrics = {"solver_accuracy": _mean([float(c) for c in correct]),
+                   **{f"format.{k}": _mean(v) for k, v in formats.items()}}
+        return RewardResult(out, metrics)
+
+    return source
 
 
 # ---- the loop ---------------------------------------------------------------------------------------------------
@@ -223,35 +338,35 @@ def seed_pool(loop: Loop) -> QuestionPool:
     return start_pool(loop, lambda: sage_seed_set(loop.cfg.seed, d.data_root, d.source))
 
 
-def step_of(loop: Loop, step: int, pool: QuestionPool, agents: Agents, rewards: dict) -> tuple[list, dict]:
+def step_of(loop: Loop, step: int, pool: QuestionPool, cast: Cast) -> tuple[list, dict]:
     """Algorithm 1, batched: the challenge phase on reference items drawn from the pool, admission (lines 7-13)
-    right after it, then the plan-solve phase on items drawn from the pool as admission left it (line 16; drawn
-    before the challenge phase with ``protocol.sample_after_admission=false``); rewards; one Task-Relative
-    REINFORCE++ update of every trained role's turns, advantages normalised per role."""
+    right after it (each episode's :class:`Admission` logged in its meta and paid by :func:`challenge_rewards`),
+    then the plan-solve phase on items drawn from the pool as admission left it (line 16; drawn before the
+    challenge phase with ``protocol.sample_after_admission=false``); rewards; one Task-Relative REINFORCE++ update
+    of every trained role's turns, advantages normalised per role."""
     p = loop.cfg.protocol
     rng = random.Random(f"{loop.cfg.seed}/{step}/pool")
     refs = pool.sample(rng, p.challenges) if p.challenges else []
     draw = lambda: pool.sample(rng, loop.cfg.trainer.tasks_per_step)  # noqa: E731
     items = draw if p.sample_after_admission else draw()
+    admissions: dict[str, Admission] = {}
 
-    def admit_all(episodes: list[Episode]) -> dict:
-        return admit_each(episodes, pool, lambda ep: admit(ep, pool, p, step))
+    def admit_one(ep: Episode) -> str | None:
+        admissions[ep.key] = seen = admit(ep, pool, p, step)
+        ep.meta.update(seen.record())
+        return seen.reason
 
     trained = {r for r in ROLES if getattr(p, f"train_{r}")}
-    phases = [Phase("challenge", refs, challenge_program(agents, p.solver_samples, p.tag_chain), rewards["challenge"],
-                    key="c", after=admit_all),
-              Phase("plan-solve", items, plan_solve_program(agents, p), rewards["plan_solve"], key="s")]
+    phases = [Phase("challenge", refs, challenge_program(cast, p.solver_samples, p.tag_chain),
+                    challenge_rewards(p, admissions), key="c", after=lambda eps: admit_each(eps, pool, admit_one)),
+              Phase("plan-solve", items, plan_solve_program(cast, p), plan_solve_rewards(p), key="s")]
     return loop.run_step(step, phases, [Update(group_by=lambda t: t.role, include=lambda t: t.role in trained)])
 
 
 def main(cfg) -> None:
-    p, agents = cfg.protocol, Agents.build(cfg.protocol)
-    with Loop(cfg, agents=list(dict.fromkeys(agents.names.values()))) as loop:
+    cast = Cast.build(cfg.protocol)
+    with Loop(cfg, agents=cast.agents()) as loop:
         pool = seed_pool(loop)
-        rewards = {"challenge": REWARD_SOURCES.get("sage_challenge")(format_tags, p.alpha, p.pay_duplicates),
-                   "plan_solve": REWARD_SOURCES.get("sage_plan_solve")(format_tags, p.beta, p.lambda_plan,
-                                                                       p.lambda_f, (p.w_plan, p.w_correct, p.w_format),
-                                                                       one_is_min=not p.norm_one_is_max)}
         for step in loop.steps():
-            episodes, metrics = step_of(loop, step, pool, agents, rewards)
+            episodes, metrics = step_of(loop, step, pool, cast)
             loop.end_step(step, episodes, metrics, files={"pool.jsonl": pool.to_jsonl()})

@@ -14,6 +14,8 @@ import math
 from pathlib import Path
 from typing import Any, Iterator
 
+from selfevo.algorithms import new_task_labels
+from selfevo.algorithms.pool import NEW_TASK
 from selfevo.errors import SelfevoError
 from selfevo.setups.maestro_rounds import round_flows
 from selfevo.tasks import get_task_spec
@@ -23,9 +25,8 @@ from selfevo.verifiers import verifier_names, verify
 RUN_FILES = ("metrics.jsonl", "config.yaml", "run.json", "episodes.jsonl")
 
 # Turn labels whose text answers the episode's task (CoMAS solver, SAGE solver, MAESTRO executors, generic final
-# answers), and labels whose text answers the episode's generated task (SAGE's difficulty probes of ``new_task``).
+# answers); the labels whose text answers an episode's generated task are the run's recipe's (new_task_labels).
 SOLVER_LABELS = frozenset({"solver", "execution", "final", "answer", "solution"})
-NEW_TASK_LABELS = frozenset({"difficulty"})
 CHEAP_VERIFIERS = frozenset({"math", "mcq", "numeric"})  # code runs a sandboxed subprocess per turn: not cheap
 VERIFY_LIMIT = 2000  # default: at most this many turns are verified per report (~5 ms each; the rest say so)
 ROUND_KEYS = frozenset({"parsed", "chosen", "central_final", "chosen_correct", "covered"})  # what a flow reads
@@ -163,7 +164,8 @@ def load_run(path: Path, verify: bool = True, budget: list[int] | None = None,
         by_step.setdefault(step if isinstance(step, (int, float, str)) else str(step), []).append(episode)
         if not isinstance(episode.get("turns", []), list):
             raise ReportError(f"{episodes_path}:{index + 1}: bad episodes line ('turns' is not a list)")
-    stats = attach_verdicts(episodes, budget if budget is not None else [limit], enabled=verify, limit=limit)
+    stats = attach_verdicts(episodes, budget if budget is not None else [limit], enabled=verify, limit=limit,
+                            new_task=new_task_labels(recipe_of(config)))
     return {
         "kind": "run", "path": str(path), "recipe": recipe_of(config), "config": config,
         "launches": read_launches(path / "run.json"), "metrics": load_metrics(path / "metrics.jsonl"),
@@ -209,11 +211,12 @@ def _verifier_name(task_id: str, domain: str) -> str | None:
 
 
 def attach_verdicts(episodes: list[dict], budget: list[int] | None, enabled: bool = True,
-                    limit: int = VERIFY_LIMIT) -> dict[str, Any]:
-    """Give each solver-like turn (labels :data:`SOLVER_LABELS`; :data:`NEW_TASK_LABELS` against the episode's
-    ``new_task``) of a math/MCQ/numeric task with a reference a ``verdict`` {score, reason, extracted} from
-    :func:`selfevo.verifiers.verify`, or ``verdict_note`` saying why there is none. ``budget`` is a one-item list:
-    verifications left for the whole report. Returns counts for the page."""
+                    limit: int = VERIFY_LIMIT, new_task: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Give each solver-like turn (labels :data:`SOLVER_LABELS`; the labels in ``new_task``, the run's recipe's
+    :func:`~selfevo.algorithms.new_task_labels`, against the episode's generated task) of a math/MCQ/numeric task
+    with a reference a ``verdict`` {score, reason, extracted} from :func:`selfevo.verifiers.verify`, or
+    ``verdict_note`` saying why there is none. ``budget`` is a one-item list: verifications left for the whole
+    report. Returns counts for the page."""
     stats = {"enabled": enabled, "verified": 0, "code": 0, "no_reference": 0, "over_limit": 0, "errors": 0,
              "limit": limit}
     for episode in episodes:
@@ -224,8 +227,8 @@ def attach_verdicts(episodes: list[dict], budget: list[int] | None, enabled: boo
             if label in SOLVER_LABELS:
                 task = {"id": episode.get("task_id", ""), "question": episode.get("question", ""),
                         "reference": episode.get("reference", "")}
-            elif label in NEW_TASK_LABELS and isinstance(episode.get("new_task"), dict):
-                task = episode["new_task"]
+            elif label in new_task and isinstance(episode.get(NEW_TASK), dict):
+                task = episode[NEW_TASK]
             else:
                 continue
             if not enabled:
@@ -258,7 +261,7 @@ def attach_verdicts(episodes: list[dict], budget: list[int] | None, enabled: boo
                 continue
             stats["verified"] += 1
             turn["verdict"] = {"score": verdict.score, "reason": verdict.reason, "extracted": verdict.extracted,
-                               "verifier": name, "against": "new_task" if label in NEW_TASK_LABELS else "task"}
+                               "verifier": name, "against": NEW_TASK if label in new_task else "task"}
     return stats
 
 

@@ -14,10 +14,9 @@ import helpers.azr_engine  # noqa: F401  (registers engine "azr_script")
 from helpers.golden import adapter_checksums
 from helpers.paths import GOLDEN
 from selfevo import cli
-from selfevo.algorithms.azr import AZRProtocolCfg, Roles, propose_program, propose_tasks
+from selfevo.algorithms.azr import AZRProtocolCfg, Roles, propose_program, propose_rewards, propose_tasks
 from selfevo.interaction import Episode, Turn
 from selfevo.algorithms.pool import ItemBuffers
-from selfevo.rewards import REWARD_SOURCES
 from selfevo.rewards.formulas import azr_propose_reward, azr_reward, azr_solve_rate
 from selfevo.roles.azr import AZRProposer, AZRSolver
 from selfevo.roles.base import RoleError
@@ -130,7 +129,7 @@ def test_a_proposal_with_too_few_inputs_is_paid_minus_1_and_never_tried():
     ep.turns = [turn]
     assert ep.meta == {"valid": False, "validity": "format"}
     for released in (False, True):
-        assert REWARD_SOURCES.get("azr_propose")(released)([ep]).rewards == [{0: -1.0}]
+        assert propose_rewards(released)([ep]).rewards == [{0: -1.0}]
 
 
 def test_buffers_round_trip():

@@ -146,12 +146,11 @@ def test_admitted_code_items_verify_again_through_selfevo_verify(tmp_path, capsy
 
 
 # ---- fidelity: Norm(1), duplicates, empty plans, Algorithm 1's order, invalid verifiers, what the pool admits ------
-from selfevo.algorithms.sage import Agents, SageProtocolCfg, admit, plan_solve_program  # noqa: E402
+from selfevo.algorithms.sage import (Admission, Cast, SageProtocolCfg, admit, challenge_rewards,  # noqa: E402
+                                    plan_solve_program, plan_solve_rewards)
 from selfevo.algorithms.pool import pool_metrics  # noqa: E402
 from selfevo.interaction import Episode, Turn  # noqa: E402
-from selfevo.rewards import REWARD_SOURCES  # noqa: E402
 from selfevo.roles import get_role  # noqa: E402
-from selfevo.roles.sage import format_tags  # noqa: E402
 from selfevo.types import Completion, Request, Task  # noqa: E402
 
 REF = Task("s0", "math", "What is 1 + 2?", "3", meta={"verifier": "math"})
@@ -171,8 +170,9 @@ def challenge(answer: str, score: int, solved: list[str] = (), ref: Task = REF) 
     return Episode(ref, [ch, critic, *[_turn("difficulty", s) for s in solved]])
 
 
-def challenger_reward(ep: Episode, **options) -> float:
-    return REWARD_SOURCES.get("sage_challenge")(format_tags, 0.7, **options)([ep]).rewards[0][0]
+def challenger_reward(ep: Episode, seen: Admission, **options) -> float:
+    """The Challenger's reward of ``ep`` admitted as ``seen``."""
+    return challenge_rewards(SageProtocolCfg(**options), {ep.key: seen})([ep]).rewards[0][0]
 
 
 QUESTION = "<question>A shop sells 4 pens for 8 dollars. What does one pen cost?</question><answer>2</answer>"
@@ -180,10 +180,10 @@ QUESTION = "<question>A shop sells 4 pens for 8 dollars. What does one pen cost?
 
 def test_a_critic_score_of_1_is_the_bottom_of_the_scale_by_default(tmp_path):
     pool = QuestionPool.from_tasks([REF])
-    ep = challenge(QUESTION, 1, ["\\boxed{2}"])
-    assert admit(ep, pool, SageProtocolCfg(), 0) == "low quality" and ep.meta["s_q"] == 0.0 and len(pool) == 1
+    seen = admit(challenge(QUESTION, 1, ["\\boxed{2}"]), pool, SageProtocolCfg(), 0)
+    assert seen == Admission("low quality", 0.0) and len(pool) == 1
     literal = challenge(QUESTION, 1, ["\\boxed{2}"])  # Eq. 2 read literally: 1 -> 1.0, admitted and paid Eq. 5
-    assert admit(literal, pool, SageProtocolCfg(norm_one_is_max=True), 0) is None and literal.meta["s_q"] == 1.0
+    assert admit(literal, pool, SageProtocolCfg(norm_one_is_max=True), 0) == Admission(None, 1.0, True, 0.0)
     assert len(pool) == 2
 
 
@@ -191,25 +191,28 @@ def test_a_decimal_critic_score_is_normalised_by_eq_2():
     # issue 58 item 3: "8.5" was a format failure (s_q = 0.5, "low quality", Eq. 6)
     pool = QuestionPool.from_tasks([REF])
     ep = challenge(QUESTION, 8.5, ["\\boxed{3}"])
-    assert admit(ep, pool, SageProtocolCfg(), 0) is None and len(pool) == 2
-    assert ep.meta["s_q"] == pytest.approx(7.5 / 9)  # Eq. 2: (8.5 - 1) / 9 = 0.8333 >= α = 0.7
-    assert challenger_reward(ep) == pytest.approx((7.5 / 9 + 1.0 + 1.0) / 3)  # Eq. 5: r_d = 1 (wrong), r_f = 1
+    seen = admit(ep, pool, SageProtocolCfg(), 0)
+    assert seen.reason is None and len(pool) == 2
+    assert seen.s_q == pytest.approx(7.5 / 9)  # Eq. 2: (8.5 - 1) / 9 = 0.8333 >= α = 0.7
+    assert challenger_reward(ep, seen) == pytest.approx((7.5 / 9 + 1.0 + 1.0) / 3)  # Eq. 5: r_d = 1, r_f = 1
     # Eq. 2: [0, 1] as is; above 10 "otherwise": 0.5 (clipped only in MAE)
     for pens, score, s_q, reason in ((5, 0.9, 0.9, None), (6, 0, 0.0, "low quality"), (7, 11, 0.5, "low quality")):
         other = challenge(QUESTION.replace("4 pens", f"{pens} pens"), score, ["\\boxed{3}"])
-        assert admit(other, pool, SageProtocolCfg(), 0) == reason and other.meta["s_q"] == pytest.approx(s_q)
+        seen = admit(other, pool, SageProtocolCfg(), 0)
+        assert seen.reason == reason and seen.s_q == pytest.approx(s_q)
 
 
 def test_a_rejected_duplicate_is_paid_as_not_admitted_unless_asked():
     pool = QuestionPool.from_tasks([REF])
     first, dup = challenge(QUESTION, 10, ["\\boxed{3}"]), challenge(QUESTION, 10, ["\\boxed{3}"])
-    assert admit(first, pool, SageProtocolCfg(), 0) is None
-    assert admit(dup, pool, SageProtocolCfg(), 0) == "duplicate" and dup.meta["duplicate"]
+    admitted, rejected = admit(first, pool, SageProtocolCfg(), 0), admit(dup, pool, SageProtocolCfg(), 0)
+    assert admitted.reason is None and rejected == Admission("duplicate", 1.0, True, 1.0, duplicate=True)
+    assert rejected.record() == {"s_q": 1.0, "valid": True, "r_d": 1.0, "duplicate": True}  # as episodes.jsonl logs it
     r_f = 1.0  # both tags present once
     s_q, r_d = 1.0, 1.0  # score 10; the one sample was wrong
-    assert challenger_reward(first) == pytest.approx((s_q + r_d + r_f) / 3)  # Eq. 5
-    assert challenger_reward(dup) == pytest.approx((s_q + r_f) / 2)  # Eq. 6
-    assert challenger_reward(dup, pay_duplicates=True) == pytest.approx((s_q + r_d + r_f) / 3)
+    assert challenger_reward(first, admitted) == pytest.approx((s_q + r_d + r_f) / 3)  # Eq. 5
+    assert challenger_reward(dup, rejected) == pytest.approx((s_q + r_f) / 2)  # Eq. 6
+    assert challenger_reward(dup, rejected, pay_duplicates=True) == pytest.approx((s_q + r_d + r_f) / 3)
 
 
 @pytest.mark.parametrize("solved, options, reason, r_d", [
@@ -220,18 +223,20 @@ def test_an_item_the_difficulty_filter_rejects_is_paid_eq_6(solved, options, rea
     # issue 58 item 8: an item that does not enter the pool gets Eq. 6 (before: Eq. 5, 0.630 / 0.963)
     pool = QuestionPool.from_tasks([REF])
     ep = challenge(QUESTION, 9, solved)
-    assert admit(ep, pool, SageProtocolCfg(difficulty_filter=True, **options), 0) == reason and len(pool) == 1
+    seen = admit(ep, pool, SageProtocolCfg(difficulty_filter=True, **options), 0)
+    assert seen.reason == reason and len(pool) == 1
     s_q, r_f = 8 / 9, 1.0  # score 9; both tags present once
-    assert ep.meta["valid"] and ep.meta["r_d"] == r_d
-    assert challenger_reward(ep) == pytest.approx((s_q + r_f) / 2)  # Eq. 6: 0.944
+    assert seen.valid and seen.r_d == r_d and seen.difficulty_filtered
+    assert challenger_reward(ep, seen) == pytest.approx((s_q + r_f) / 2)  # Eq. 6: 0.944
     kept = challenge(QUESTION, 9, solved)  # the filter off: admitted, Eq. 5
-    assert admit(kept, QuestionPool.from_tasks([REF]), SageProtocolCfg(), 0) is None
-    assert challenger_reward(kept) == pytest.approx((s_q + r_d + r_f) / 3)
+    admitted = admit(kept, QuestionPool.from_tasks([REF]), SageProtocolCfg(), 0)
+    assert admitted.reason is None
+    assert challenger_reward(kept, admitted) == pytest.approx((s_q + r_d + r_f) / 3)
 
 
 def test_an_empty_plan_is_not_shown_and_not_paid():
     p = SageProtocolCfg(planner_prefix="<plan>")
-    program = plan_solve_program(Agents.build(p), p)(ep := Episode(REF))
+    program = plan_solve_program(Cast.build(p), p)(ep := Episode(REF))
     planner_ask = next(program)
     planner = _turn("planner", "</plan>", planner_ask.parser(planner_ask.prefix + "</plan>"))  # wrote nothing
     critic_ask = program.send(planner)
@@ -239,10 +244,10 @@ def test_an_empty_plan_is_not_shown_and_not_paid():
     solver_ask = program.send(critic)
     assert "Follow this plan" not in solver_ask.messages[-1]["content"] and ep.meta["plan_shown"] is False
     ep.turns = [planner, critic, _turn("solver", "<answer>\\boxed{3}</answer>")]
-    rewards = REWARD_SOURCES.get("sage_plan_solve")(format_tags)([ep]).rewards[0]
+    rewards = plan_solve_rewards(SageProtocolCfg())([ep]).rewards[0]
     assert rewards[2] == pytest.approx(0.2 * 0.0 + 0.6 * 1.0 + 0.2 * 1.0)  # s̃_p = 0 although s_p = 8/9 ≥ β
     ep.meta["plan_shown"] = True
-    shown = REWARD_SOURCES.get("sage_plan_solve")(format_tags)([ep]).rewards[0]
+    shown = plan_solve_rewards(SageProtocolCfg())([ep]).rewards[0]
     assert shown[2] == pytest.approx(0.2 * 8 / 9 + 0.6 * 1.0 + 0.2 * 1.0)
 
 
@@ -269,9 +274,10 @@ def test_plan_solve_items_are_drawn_after_admission_as_in_algorithm_1(tmp_path):
 def test_an_invalid_verifier_is_scored_by_the_critic_and_paid_eq_6(answer, ref, reason):
     ep = challenge(answer, 9, ref=ref)
     assert ep.turns[0].parsed.ok  # the item parses: the Critic scores it (the program asks no Solver for it)
-    assert admit(ep, QuestionPool.from_tasks([ref]), SageProtocolCfg(), 0) == reason and ep.meta["valid"] is False
+    seen = admit(ep, QuestionPool.from_tasks([ref]), SageProtocolCfg(), 0)
+    assert seen.reason == reason and seen.valid is False and seen.record() == {"s_q": 8 / 9, "valid": False}
     s_q = 8 / 9
-    assert challenger_reward(ep) == pytest.approx((s_q + 1.0) / 2)  # Eq. 6 with the Critic's real score
+    assert challenger_reward(ep, seen) == pytest.approx((s_q + 1.0) / 2)  # Eq. 6 with the Critic's real score
 
 
 @pytest.mark.parametrize("answer, reason", [
@@ -285,5 +291,5 @@ def test_an_invalid_verifier_is_scored_by_the_critic_and_paid_eq_6(answer, ref, 
 def test_admission_rejects_items_that_cannot_be_a_verified_question(answer, reason):
     pool = QuestionPool.from_tasks([REF])
     ep = challenge(answer, 10, [])
-    assert admit(ep, pool, SageProtocolCfg(), 0) == reason and len(pool) == 1
+    assert admit(ep, pool, SageProtocolCfg(), 0).reason == reason and len(pool) == 1
     assert pool_metrics([reason, None], pool)["rejected"] == {reason: 1}

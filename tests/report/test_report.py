@@ -14,7 +14,7 @@ import pytest
 from helpers.paths import DATA, needs_data
 from selfevo import cli
 from selfevo.report import build_report
-from selfevo.report.load import ReportError, flatten, kind_of, load_metrics
+from selfevo.report.load import ReportError, flatten, kind_of, load_metrics, load_run
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 
@@ -93,6 +93,27 @@ def test_page_is_self_contained_and_verdicts_are_computed(tmp_path, capsys):
     assert cli.main(["report", str(run), "--output", str(out), "--no-verify"]) == 0
     assert out.is_file() and "report:" in capsys.readouterr().out
     assert cli.main(["report", str(run)]) == 0 and (run / "report.html").is_file()
+
+
+def test_a_generated_task_is_verified_for_the_labels_its_recipe_names(tmp_path):
+    """The labels whose text answers an episode's generated task come from the run's recipe (SAGE's and MAE's
+    NEW_TASK_LABELS), not from a label the report spells: in a CoMAS run a 'difficulty' turn is not verified."""
+    from selfevo.algorithms import new_task_labels
+    from selfevo.algorithms.sage import DIFFICULTY
+
+    assert new_task_labels("sage") == new_task_labels("mae") == {DIFFICULTY}
+    assert new_task_labels("comas") == new_task_labels(None) == new_task_labels("nope") == frozenset()
+    episode = {"step": 0, "task_id": "s1", "domain": "math", "question": "1+1?", "reference": "2",
+               "new_task": {"id": "gen-1", "question": "3+4?", "reference": "7"},
+               "turns": [_turn(DIFFICULTY, "\\boxed{7}"), _turn(DIFFICULTY, "\\boxed{8}")]}
+    verdicts = {}
+    for recipe in ("sage", "comas"):
+        run = _write_run(tmp_path / recipe, [{"step": 0}], [episode])
+        (run / "config.yaml").write_text(f"recipe: {recipe}\nseed: 0\n")
+        turns = load_run(run)["episodes"][0][0]["turns"]
+        verdicts[recipe] = [t.get("verdict") for t in turns]
+    assert [(v["score"], v["against"]) for v in verdicts["sage"]] == [(1.0, "new_task"), (0.0, "new_task")]
+    assert verdicts["comas"] == [None, None]
 
 
 # ---- a real run, a real eval, a real browser ---------------------------------------------------------------------
