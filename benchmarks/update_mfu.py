@@ -2,7 +2,7 @@
 utilisation (MFU). The weights are random (built in memory from each architecture's published config: no hub), so
 the numbers are the shapes' cost, not a model's quality.
 
-    python benchmarks/update_mfu.py [--shapes smollm2-135m qwen2.5-3b qwen2.5-7b llama3.1-8b] [--seqs 32] [--len 512]
+    python -m benchmarks.update_mfu [--shapes smollm2-135m qwen2.5-3b qwen2.5-7b llama3.1-8b] [--seqs 32] [--len 512]
                                     [--micro-batch 8] [--repeats 3] [--no-checkpointing] [--device cuda]
 
 One update: ``--seqs`` rows of ``--len`` tokens (the first 64 the prompt), a REINFORCE++-style clipped loss,
@@ -20,19 +20,15 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save  # noqa: E402
-from train_step import make_batch, selfevo_step  # noqa: E402
-
-from selfevo import attention, models  # noqa: E402
-from selfevo.policy import PolicyStore, StoreSettings  # noqa: E402
-from selfevo.policy.store import Backbone  # noqa: E402
+from benchmarks.common import machine, save
+from benchmarks.train_step import make_batch, selfevo_step
+from selfevo import attention, models
+from selfevo.policy import PolicyStore, StoreSettings
+from selfevo.policy.store import Backbone
 
 # Published configs (config.json of each model on the hub), the fields that set the cost.
 SHAPES = {
