@@ -1,4 +1,9 @@
-"""examples/: each example trains for one step on a tiny model (smoke), and its protocol does what it says."""
+"""examples/: each example trains for one step on a tiny model (smoke), and its protocol does what it says.
+
+A tiny random model never answers right, so every reward would be alike and no advantage move an adapter: the
+smoke runs answer two questions (both 2) through a scripted engine that is right on some answers and wrong on others
+(see each test), and check that every agent trained."""
+import collections
 import importlib.util
 import json
 import sys
@@ -6,6 +11,8 @@ import sys
 import pytest
 
 from helpers.paths import ROOT
+from helpers.scripted import ScriptedEngine
+from selfevo.engines import ENGINES
 from selfevo.interaction import Episode, Runner
 from selfevo.roles import get_role
 from selfevo.types import Completion, SamplingParams, Task
@@ -26,13 +33,42 @@ def test_examples_stay_short():
         assert len(path.read_text().splitlines()) <= 100, path.name
 
 
-def test_maporl_debate_smoke(tmp_path):
+class RightOrWrong(ScriptedEngine):
+    """Answers ``\\boxed{2}`` (right) when ``right(request, k)`` holds, else ``\\boxed{3}``; k counts the earlier
+    requests on the same question."""
+    right = staticmethod(lambda request, k: True)
+
+    def __init__(self, store=None, **_):
+        super().__init__(store)
+        self.asked = collections.Counter()
+
+    def answer(self, request) -> str:
+        question = "1+1" if "1+1" in request.messages[-1]["content"] else "2+0"
+        self.asked[question] += 1
+        return "so \\boxed{2}" if self.right(request, self.asked[question] - 1) else "so \\boxed{3}"
+
+
+if "examples_script" not in ENGINES:
+    ENGINES.register("examples_script")(RightOrWrong)
+
+
+def scripted(tmp_path, monkeypatch, right):
+    """The overrides that run an example on the two questions through :class:`RightOrWrong` with ``right``."""
+    monkeypatch.setattr(RightOrWrong, "right", staticmethod(right))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"question": f"What is {q}?", "domain": "math", "reference": "2"}) + "\n"
+                             for q in ("1+1", "2+0")))
+    return [f"data.tasks=[{tasks}]", "engine.name=examples_script"]
+
+
+def test_maporl_debate_smoke(tmp_path, monkeypatch):
     out = tmp_path / "run"
-    load("maporl_debate").main(["--steps", "1", "--output", str(out), "model.backbones=[tiny-random]",
-                                "model.dtype=float32", "sampling.max_new_tokens=4", "trainer.tasks_per_step=2"])
+    # agent0 right on 1+1 only, agent1 on 2+0 only: each agent's final answers score 1 and 0
+    right = scripted(tmp_path, monkeypatch, lambda r, k: ("1+1" in r.messages[-1]["content"]) == (r.agent == "agent0"))
+    load("maporl_debate").main(["--steps", "1", "--output", str(out), *TINY, *right])
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == [0] and set(metrics[0]["train"]) <= {"agent0", "agent1"}
-    assert (out / "adapters" / "step_0" / "agent1" / "adapter_model.safetensors").exists()
+    assert [m["step"] for m in metrics] == [0] and set(metrics[0]["train"]) == {"agent0", "agent1"}
+    assert all(trained(out, agent) for agent in ("agent0", "agent1"))
     episodes = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
     assert [t["role"] for t in episodes[0]["turns"]] == ["answer", "answer", "final", "final"]
     assert all(t["reward"] is None for t in episodes[0]["turns"][:2])  # only final answers are rewarded
@@ -60,6 +96,14 @@ def read(out, name):
     return [json.loads(x) for x in (out / name).read_text().splitlines()]
 
 
+def trained(out, agent, step=0):
+    """Whether the step's saved adapter of ``agent`` moved: PEFT starts every LoRA B at zero."""
+    from safetensors.torch import load_file
+
+    adapter = load_file(str(out / "adapters" / f"step_{step}" / agent / "adapter_model.safetensors"))
+    return any(v.abs().max() > 0 for k, v in adapter.items() if "lora_B" in k)
+
+
 class Scripted:
     """An engine that answers each request with ``answers[slot]`` (the request's position in its wave)."""
 
@@ -72,12 +116,13 @@ class Scripted:
 
 
 # ---- TTRL ------------------------------------------------------------------------------------------------------
-def test_ttrl_smoke(tmp_path):
+def test_ttrl_smoke(tmp_path, monkeypatch):
     out = tmp_path / "run"
-    load("ttrl").main(["--steps", "1", "--output", str(out), "--samples", "3", *TINY])
+    right = scripted(tmp_path, monkeypatch, lambda r, k: k % 3 == 0)  # 2, 3, 3: the wrong 3 wins the vote
+    load("ttrl").main(["--steps", "1", "--output", str(out), "--samples", "3", *TINY, *right])
     (m,) = read(out, "metrics.jsonl")
-    assert {"label_accuracy", "dummy_rate", "accuracy"} <= set(m) and set(m["train"]) <= {"agent0"}
-    assert (out / "adapters" / "step_0" / "agent0" / "adapter_model.safetensors").exists()
+    assert {"label_accuracy", "dummy_rate", "accuracy"} <= set(m) and set(m["train"]) == {"agent0"}
+    assert trained(out, "agent0")
     episodes = read(out, "episodes.jsonl")
     assert len(episodes) == 2 and all(len(e["turns"]) == 3 for e in episodes)
     assert all(t["reward"] in (0.0, 0.5, 1.0) and "pseudo_label" in t for e in episodes for t in e["turns"])
@@ -143,11 +188,12 @@ def test_srlm_preference_pairs_best_vs_worst_by_mean_judge_score():
 
 
 # ---- composed rewards ------------------------------------------------------------------------------------------
-def test_compose_rewards_smoke_grpo_groups(tmp_path):
+def test_compose_rewards_smoke_grpo_groups(tmp_path, monkeypatch):
     out = tmp_path / "run"
-    load("compose_rewards").main(["--steps", "1", "--output", str(out), *TINY])
+    right = scripted(tmp_path, monkeypatch, lambda r, k: k % 3 == 0)  # each task's 4 answers: right, wrong, wrong, right
+    load("compose_rewards").main(["--steps", "1", "--output", str(out), *TINY, *right])
     (m,) = read(out, "metrics.jsonl")
-    assert {"accuracy", "format"} <= set(m) and set(m["train"]) <= {"agent0"}
+    assert {"accuracy", "format"} <= set(m) and set(m["train"]) == {"agent0"} and trained(out, "agent0")
     config = (out / "config.yaml").read_text()
     assert "optimizer: grpo" in config and "prompt_reuse: 4" in config
     episodes = read(out, "episodes.jsonl")
