@@ -11,9 +11,9 @@ in a subprocess under each kernel setting that stands in for a different machine
 A pin that holds only on the machine it was written on fails here, on any machine. The files are found from their
 pins (:func:`float_pins`, the comparisons ``grep -E "approx\\(|allclose|assert_close|torch.equal"`` finds): a
 tolerance under 1e-6 (as the call reads, its defaults included; a tolerance not written as a number counts), a
-bit-for-bit comparison (``torch.equal``), or a golden checksum (the file imports :mod:`helpers.golden`, ``GOLDEN`` or a golden
-test). A file whose pins need no other kernels is left out in :data:`LEFT_OUT`, with the pins it is allowed: one
-more pin there fails :func:`test_left_out_files_pin_no_more_than_they_are_allowed`.
+bit-for-bit comparison (``torch.equal``), or a golden checksum (the file imports :mod:`helpers.golden`, ``GOLDEN``
+or a golden test). A file whose pins need no other kernels is left out in :data:`LEFT_OUT`, with the pins it is
+allowed: one more pin there fails :func:`test_left_out_files_pin_no_more_than_they_are_allowed`.
 """
 import ast
 import collections
