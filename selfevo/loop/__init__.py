@@ -1,8 +1,13 @@
-"""The training-loop kit every recipe runs on: run directory, config, resume, logs, checkpoints, adapters,
-progress, held-out evaluation, ``data.tasks`` (see :mod:`selfevo.loop.loop`)."""
+"""The training-loop kit every recipe runs on: the loop (:mod:`selfevo.loop.loop`), the run directory
+(:mod:`selfevo.loop.rundir`: config, logs, checkpoints, adapters, provenance), a step's parts
+(:mod:`selfevo.loop.step`), held-out evaluation (:mod:`selfevo.loop.heldout`), ``data.tasks``
+(:mod:`selfevo.loop.data`)."""
 from selfevo.loop.config import DataCfg, EvalCfg, LogCfg, RunCfg, TrainerCfg
 from selfevo.loop.data import load_entries, load_entry, read_task_file, task_batch
-from selfevo.loop.loop import Loop, Phase, Update, evaluate_agents, record_launch
+from selfevo.loop.heldout import agent_accuracy
+from selfevo.loop.loop import Loop
+from selfevo.loop.rundir import RunDir, record_launch
+from selfevo.loop.step import Phase, Update
 
-__all__ = ["DataCfg", "EvalCfg", "LogCfg", "Loop", "Phase", "RunCfg", "TrainerCfg", "Update", "evaluate_agents",
-           "load_entries", "load_entry", "read_task_file", "record_launch", "task_batch"]
+__all__ = ["DataCfg", "EvalCfg", "LogCfg", "Loop", "Phase", "RunCfg", "RunDir", "TrainerCfg", "Update",
+           "agent_accuracy", "load_entries", "load_entry", "read_task_file", "record_launch", "task_batch"]

@@ -277,7 +277,7 @@ def test_a_run_logs_only_its_own_sandbox_jobs(tmp_path):
 def test_step_timing_carries_the_shapes_where_they_are_counted():
     from types import SimpleNamespace
 
-    from selfevo.loop.loop import rollout_timing, update_timing
+    from selfevo.loop.step import rollout_timing, update_timing
     from selfevo.shapes import Shapes
 
     shapes = Shapes()

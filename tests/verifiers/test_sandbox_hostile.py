@@ -398,9 +398,9 @@ def test_fs_modes_are_counted_and_reach_the_step_metrics():
     mode = first.isolation["fs"]
     assert mode in ("minimal-root", "read-only-host", "none")
     written = []
-    fake = SimpleNamespace(_step_start=time.perf_counter(), state={}, main=True, bar=None,
-                           cfg=SimpleNamespace(eval=SimpleNamespace(every=0)),
-                           _write_step=lambda step, episodes, metrics, state, files: written.append(metrics))
+    run_dir = SimpleNamespace(write_step=lambda step, episodes, metrics, *rest: written.append(metrics))
+    fake = SimpleNamespace(_step_start=time.perf_counter(), main=True, bar=None, _evaluations=lambda step: {},
+                           run_dir=run_dir, store=None, agents=[])
     Loop.end_step(fake, 0, [], {"reward": 1.0})
     expected = {mode: 2} if mode == "none" else {mode: 1, "none": 1}
     assert written[0]["sandbox_fs"] == expected
