@@ -223,10 +223,11 @@ def _fmt(value: Any) -> str:
 def format_table(records: Sequence[dict[str, Any]]) -> str:
     """A markdown table: one row per benchmark × setup."""
     extra = [k for k in TABLE_METRICS if any(k in r for r in records)]
-    head = ["benchmark", "setup", "n", "accuracy", "temperature", "steps", "generations", "wall s", *extra]
+    head = ["benchmark", "setup", "n", "accuracy", "temperature", "waves", "generations", "wall s", *extra]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in records:
-        row = [r.get("benchmark", ""), r["setup"], r["n"], r["accuracy"], r["sampling"]["temperature"], r["steps"],
+        waves = r.get("waves", r.get("steps"))  # "steps": records written before the word "wave"
+        row = [r.get("benchmark", ""), r["setup"], r["n"], r["accuracy"], r["sampling"]["temperature"], waves,
                r["generations"], r["wall_time_s"], *(r.get(k) for k in extra)]
         lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
     return "\n".join(lines) + "\n"
@@ -252,13 +253,12 @@ def run_eval(cfg: DictConfig, options: dict[str, dict[str, Any]], store=None, en
     out.mkdir(parents=True, exist_ok=True)
     if engine is None:
         engine = build_engine(cfg.engine, store, store.dtype, workdir=str(out / "_vllm"))
-    continuous = None if cfg.engine.continuous else False
     combos = [(b, s) for b in cfg.benchmark for s in cfg.setup]
     team = {s: setup_agents(s, agents, central, options[s]) for s in cfg.setup}
-    plans = {s: SETUPS.get(s)(engine, SamplingParams(), agents=team[s], **options[s]).max_steps()
+    plans = {s: SETUPS.get(s)(engine, SamplingParams(), agents=team[s], **options[s]).max_waves()
              for s in cfg.setup}  # validates options before anything runs
     total = sum(plans[s] for b, s in combos if tasks[b])
-    bar = tqdm(total=total, desc="eval", unit="step", disable=not show_progress, file=sys.stderr)
+    bar = tqdm(total=total, desc="eval", unit="wave", disable=not show_progress, file=sys.stderr)
     records = []
     try:
         for bench, name in combos:
@@ -270,7 +270,7 @@ def run_eval(cfg: DictConfig, options: dict[str, dict[str, Any]], store=None, en
                     "central_adapter": cfg.central_adapter, "engine": cfg.engine.name, "dtype": store.dtype}
             records.append(evaluate(name, tasks[bench], engine, sampling, team[name], cfg.seed, options[name],
                                     out / f"{bench}-{name}", progress=lambda label: bar.update(1),
-                                    verifier=verifier, meta=meta, continuous=continuous))
+                                    verifier=verifier, meta=meta))
             if tasks[bench]:
                 bar.update(plans[name] - (bar.n - done))  # a setup that stopped early (autogen) fills its share
     finally:

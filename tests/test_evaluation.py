@@ -52,7 +52,7 @@ def test_bad_arguments_are_one_line_errors_with_exit_2(argv, message, capsys):
 
 
 def test_format_table():
-    rec = {"benchmark": "gsm8k", "setup": "maestro_select", "n": 2, "accuracy": 0.5, "steps": 6, "generations": 60,
+    rec = {"benchmark": "gsm8k", "setup": "maestro_select", "n": 2, "accuracy": 0.5, "waves": 6, "generations": 60,
            "wall_time_s": 1.5, "sampling": {"temperature": 0.7}, "coverage": 1.0, "identification": 0.5}
     table = format_table([rec, {**rec, "setup": "vanilla", "coverage": None, "identification": None}])
     lines = table.splitlines()
@@ -77,7 +77,7 @@ def test_cli_writes_results_for_two_benchmarks_and_two_setups(tmp_path, capsys):
             assert (res["benchmark"], res["setup"], res["n"]) == (bench, setup, 2)
             assert 0.0 <= res["accuracy"] <= 1.0 and res["agents"] == [None]
             assert res["backbones"] == ["tiny-random"] and res["engine"] == "hf"
-            assert res["steps"] == 1 and res["generations"] == (2 if setup == "vanilla" else 6)
+            assert res["waves"] == 1 and res["generations"] == (2 if setup == "vanilla" else 6)
             assert res["sampling"]["temperature"] == (0.0 if setup == "vanilla" else 0.5)  # the setups' defaults
             assert res["sampling"]["max_new_tokens"] == 4
             items = [json.loads(line) for line in (folder / "items.jsonl").read_text().splitlines()]
@@ -85,7 +85,7 @@ def test_cli_writes_results_for_two_benchmarks_and_two_setups(tmp_path, capsys):
             for item in items:
                 assert item["prompt"].endswith("within \\boxed{}.")
                 assert len(item["responses"]) == (1 if setup == "vanilla" else 3)
-                assert {"text", "role", "agent", "step"} <= set(item["responses"][0])
+                assert {"text", "label", "agent", "wave"} <= set(item["responses"][0])
                 assert {"score", "reason", "extracted"} == set(item["verdict"]) and "extracted" in item
                 assert item["correct"] == (item["verdict"]["score"] >= 1.0)
             assert f"| {bench} | {setup} | 2 |" in printed

@@ -3,7 +3,8 @@
 An engine turns a list of :class:`~selfevo.types.Request` into a list of :class:`~selfevo.types.Completion` (same
 order), serving each request with its agent's current adapter. ``sync_adapter(agent, store)`` tells the engine that
 the agent's weights changed: the next ``generate`` must serve the new version, never a stale one. An engine that
-batches continuously also has ``stream(source)`` (see :class:`RequestSource`).
+batches continuously also has ``stream(source)`` (see :class:`RequestSource`); one that only generates is served a
+source by :func:`serve_in_waves`.
 
 Every registered engine is built from the ``engine`` config section (:class:`~selfevo.config.EngineCfg`) by its
 classmethod ``from_config(section, store, dtype, workdir)``, which reads the section fields it uses;
@@ -11,7 +12,7 @@ classmethod ``from_config(section, store, dtype, workdir)``, which reads the sec
 """
 from __future__ import annotations
 
-from typing import Hashable, Protocol, Sequence
+from typing import Callable, Hashable, Protocol, Sequence
 
 from selfevo.errors import SelfevoError
 from selfevo.registry import Registry
@@ -47,6 +48,19 @@ class RequestSource(Protocol):
     def take(self) -> list[tuple[Hashable, Request]]: ...
 
     def done(self, key: Hashable, completion: Completion) -> None: ...
+
+
+def serve_in_waves(generate: Callable[[list[Request]], list[Completion]], source: RequestSource) -> None:
+    """Serve ``source`` with a batch call: every request ready now goes to ``generate`` as one call (a wave), each
+    completion back to ``source.done`` in request order (which may make the next wave ready), until nothing is
+    ready. The stream of an engine that only generates (the runner's one path)."""
+    while ready := source.take():
+        keys, requests = [k for k, _ in ready], [r for _, r in ready]
+        completions = generate(requests)
+        if len(completions) != len(requests):
+            raise RuntimeError(f"engine returned {len(completions)} completions for {len(requests)} requests")
+        for key, completion in zip(keys, completions):
+            source.done(key, completion)
 
 
 def vllm_lora_rank(store) -> int:

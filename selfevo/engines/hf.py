@@ -16,7 +16,7 @@ from typing import Hashable, Sequence
 import torch
 
 from selfevo import heap
-from selfevo.engines.base import ENGINES, RequestSource, render_prompt, truncate_at_stop
+from selfevo.engines.base import ENGINES, RequestSource, render_prompt, serve_in_waves, truncate_at_stop
 from selfevo.engines import kvcache, lean
 from selfevo.engines.multilora import MultiLoRA
 from selfevo.engines.packed import PackedLinears
@@ -105,7 +105,8 @@ class HFEngine:
     It batches continuously (:meth:`stream`): a request joins the running batch as soon as it is ready and a row is
     free (its prompt is prefilled on its own and its KV cache merged into the batch's; samples of one prompt and
     adapter joining together, e.g. a GRPO group, prefill it once), finished rows leave it.
-    ``generate(requests)`` is :meth:`stream` over a fixed list. ``max_batch``: rows decoded together per backbone;
+    ``generate(requests)`` serves a fixed list so. ``continuous=False``: :meth:`stream` serves in waves instead
+    (:func:`~selfevo.engines.base.serve_in_waves`: one ``generate`` call for every ready request). ``max_batch``: rows decoded together per backbone;
     ``compact_below``: finished rows are dropped from the batch once the running ones fall below this fraction
     (or at once when requests wait for the slots); ``join_every``: a request waits at most this many decode steps
     for more to join with it (a join copies the batch's KV cache; several join for the price of one).
@@ -123,8 +124,10 @@ class HFEngine:
     """
 
     def __init__(self, store, max_batch: int = 64, compact_below: float = 0.75, packed: bool = True,
-                 join_every: int = 8, lean: bool = True, trim_every: float = 2.0, kv_cache_gib: float = 0.0):
+                 join_every: int = 8, lean: bool = True, trim_every: float = 2.0, kv_cache_gib: float = 0.0,
+                 continuous: bool = True):
         self.store = store
+        self.continuous = continuous
         self.kv_cache_gib = kv_cache_gib
         self.trim_every = trim_every
         self.lean = lean
@@ -137,9 +140,10 @@ class HFEngine:
 
     @classmethod
     def from_config(cls, section, store, dtype: str, workdir: str | None = None) -> "HFEngine":
-        """``engine.name=hf``: ``engine.max_batch``, ``engine.kv_cache_gib`` (the dtype is the store's; no work
-        folder)."""
-        return cls(store, max_batch=section.max_batch, kv_cache_gib=section.kv_cache_gib)
+        """``engine.name=hf``: ``engine.max_batch``, ``engine.kv_cache_gib``, ``engine.continuous`` (the dtype is the
+        store's; no work folder)."""
+        return cls(store, max_batch=section.max_batch, kv_cache_gib=section.kv_cache_gib,
+                   continuous=section.continuous)
 
     def sync_adapter(self, agent: str) -> None:
         """Nothing to do: the engine reads the store's live tensors at every ``generate``."""
@@ -149,13 +153,21 @@ class HFEngine:
 
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         source = ListSource(requests)
-        self.stream(source)
+        self._serve(source)
         return source.completions
 
-    @torch.inference_mode()
     def stream(self, source: RequestSource) -> None:
-        """Serve ``source`` until it has nothing left: take every ready request, decode one step of every running
-        row, hand finished rows back (``source.done``, which may make new requests ready), repeat."""
+        """Serve ``source`` until it has nothing left: continuously (a ready request joins the running batch), or
+        with ``continuous=False`` in waves of ``generate`` calls."""
+        if self.continuous:
+            self._serve(source)
+        else:
+            serve_in_waves(self.generate, source)
+
+    @torch.inference_mode()
+    def _serve(self, source: RequestSource) -> None:
+        """Take every ready request, decode one step of every running row, hand finished rows back
+        (``source.done``, which may make new requests ready), repeat until nothing runs and nothing is ready."""
         lanes: dict[str, _Lane] = {}
         trimmed = time.monotonic()
         with ExitStack() as stack:

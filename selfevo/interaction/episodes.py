@@ -1,8 +1,8 @@
 """Turns and episodes: the typed record of every generation, read by rewards, losses, logs, transcripts and setups.
 
-A :class:`Turn` is one generation: who spoke (agent), in which role, the completion, what it parsed to, its reward
-(None = masked out of training) and where it sits — the episode's ``call`` (1-based: the how-manieth engine call of
-this episode produced it) and ``slot`` (its index among the requests of that call). ``refs`` links a turn to the
+A :class:`Turn` is one generation: who spoke (agent), under which label, the completion, what it parsed to, its
+reward (None = masked out of training) and where it sits — the episode's ``wave`` (1-based: the how-manieth engine
+call of this episode produced it) and ``slot`` (its index among the requests of that wave). ``refs`` links a turn to the
 turns it reacts to, by index in the episode (an evaluation's ``{"solution": 0}``); reward sources follow them.
 """
 from __future__ import annotations
@@ -19,18 +19,24 @@ from selfevo.types import Completion, Task
 
 @dataclass
 class Turn:
-    """One generation: who spoke in which role, what was said, what it parsed to, and its reward (None = masked)."""
+    """One generation: who spoke under which label, what was said, what it parsed to, and its reward (None =
+    masked). The label is the turn's name in its episode ("solver", "difficulty"), not a :class:`Role`."""
 
     agent: str | None
-    role: str
+    label: str
     completion: Completion
     parsed: Parsed | None = None
     reward: float | None = None
     round: int | None = 0
     meta: dict[str, Any] = field(default_factory=dict)
-    call: int = 0
+    wave: int = 0
     slot: int = 0
     refs: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def role(self) -> str:
+        """Deprecated name of :attr:`label`, kept while callers move to it."""
+        return self.label
 
     @property
     def text(self) -> str:
@@ -50,7 +56,9 @@ class Turn:
         return len(self.completion.token_ids)
 
     def to_json(self) -> dict:
-        return {"agent": self.agent, "role": self.role, "round": self.round, "reward": self.reward,
+        """The turn as ``episodes.jsonl`` records it; the label under the key ``role``, as run folders (and the
+        golden records) have it."""
+        return {"agent": self.agent, "role": self.label, "round": self.round, "reward": self.reward,
                 "messages": self.completion.request.messages, "text": self.text,
                 "parsed_ok": None if self.parsed is None else self.parsed.ok,
                 "parse_error": None if self.parsed is None else self.parsed.error,
@@ -74,7 +82,7 @@ class Episode:
         for i, t in enumerate(self.turns):
             if t is turn:
                 return i
-        raise ValueError(f"the turn ({turn.role} by {turn.agent}) is not in episode '{self.key}'")
+        raise ValueError(f"the turn ({turn.label} by {turn.agent}) is not in episode '{self.key}'")
 
     def to_json(self, step: int) -> dict:
         return {"step": step, "task_id": self.task.id, "domain": self.task.domain, "question": self.task.question,

@@ -7,16 +7,16 @@ generated in parallel) and receives the resulting :class:`~selfevo.interaction.e
         first = yield [ask(solver, a, ep.task) for a in agents]            # all agents answer
         yield [ask(solver, a, ep.task, history=peers(first, a)) for a in agents]   # then read each other
 
-:meth:`Runner.run` starts every episode's program and keeps the engine fed until every program has finished.
-With an engine that batches continuously (``engine.stream``, the HF engine) episodes do not move in lock-step: as
-soon as all asks of an episode's wave are answered, its turns are appended, its program resumes and its next asks
-join the engine's running batch, while other episodes' requests are still decoding. With any other engine, the
-pending asks of *all* episodes go to the engine as ONE ``generate`` call per wave. Either way an episode's turns,
-seeds and call numbers are the same; ``continuous=False`` forces waves. Recipes (CoMAS, SAGE, MAESTRO) and the
-inference setups (``selfevo eval``) run on it.
+:meth:`Runner.run` starts every episode's program and serves the engine a stream of requests until every program
+has finished (one path): as soon as all asks of an episode's wave are answered, its turns are appended, its program
+resumes and its next asks become ready. An engine that batches continuously (``engine.stream``, the HF engine) lets
+them join its running batch while other episodes' requests are still decoding; an engine that only generates is
+served in waves (:func:`~selfevo.engines.base.serve_in_waves`: every ready request in ONE ``generate`` call, which
+is the pending asks of *all* episodes). Either way an episode's turns, seeds and wave numbers are the same.
+Recipes (CoMAS, SAGE, MAESTRO) and the inference setups (``selfevo eval``) run on it.
 
-Seeds are keyed, never drawn from a shared stream: the ``slot``-th request of an episode's ``call``-th engine call
-gets ``request_seed(seed, episode.key, call, slot)``, so results do not depend on how many episodes run together,
+Seeds are keyed, never drawn from a shared stream: the ``slot``-th request of an episode's ``wave``-th engine call
+gets ``request_seed(seed, episode.key, wave, slot)``, so results do not depend on how many episodes run together,
 in which order the engine serves them, or how it batches them.
 
 Data-parallel (``torchrun``, see :mod:`selfevo.distributed`): every rank calls :meth:`Runner.run` with the same
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterable, Sequence
 
 from selfevo import distributed
+from selfevo.engines.base import serve_in_waves
 from selfevo.interaction.episodes import Episode, Turn
 from selfevo.roles.base import Parsed, Role
 from selfevo.shapes import Shapes
@@ -53,7 +54,7 @@ def request_seed(seed: int | str, key: str, call: int, slot: int) -> int:
 class Ask:
     """One generation an episode program asks for.
 
-    ``role`` is the label its turn records ("solver", "debater", ...). ``parser(prefix + text)`` gives the turn's
+    ``label`` is the name its turn records ("solver", "debater", ...). ``parser(prefix + text)`` gives the turn's
     :class:`Parsed` (None: not parsed). ``prefix`` is the start of the answer, given not generated. ``sampling``
     replaces the runner's settings; else ``max_new_tokens`` / ``temperature`` (0 / None: the runner's) adjust them.
     ``refs`` names the turns this one reacts to (turns of the same episode, or their indices). ``slot`` pins the
@@ -61,7 +62,7 @@ class Ask:
     """
 
     agent: str | None
-    role: str
+    label: str
     messages: list[dict[str, str]]
     parser: Callable[[str], Parsed] | None = None
     prefix: str = ""
@@ -74,12 +75,17 @@ class Ask:
     slot: int | None = None
     stop: tuple[str, ...] = ()
 
+    @property
+    def role(self) -> str:
+        """Deprecated name of :attr:`label`, kept while callers move to it."""
+        return self.label
+
 
 def ask(role: Role, agent: str | None, task: Task, *, label: str | None = None, round: int | None = 0,
         refs: dict[str, Any] | None = None, meta: dict[str, Any] | None = None, **context: Any) -> Ask:
     """An :class:`Ask` for ``role`` played by ``agent`` on ``task``: messages and parser from the role (context
-    keys checked by it), the role's format options (prefix, token limit, temperature). ``label``: the turn's role
-    name (default: the role's kind)."""
+    keys checked by it), the role's format options (prefix, token limit, temperature). ``label``: the turn's name
+    (default: the role's kind)."""
     ctx = role.context(**context)
     return Ask(agent, label or role.kind, role.messages(task, ctx), lambda text: role.parse(text, ctx),
                role.prefix, None, role.max_new_tokens, role.temperature, round, dict(refs or {}), dict(meta or {}))
@@ -87,17 +93,21 @@ def ask(role: Role, agent: str | None, task: Task, *, label: str | None = None, 
 
 @dataclass
 class RunStatus:
-    """What a run is doing, for progress displays: requests finished and in flight (by turn role: the phases in
-    flight), tokens generated, seconds since the run started."""
+    """What a run is doing, for progress displays: waves counted (the runner's engine calls so far; a wave is
+    counted when the first episode asks for the next one, or when the run ends), requests finished and in flight
+    (by turn label: the phases in flight), tokens generated, seconds since the run started. ``wave_requests``: the
+    requests of the wave this status counts, 0 when it counts none (a status between waves)."""
 
     label: str
+    waves: int
     done: int
     in_flight: Counter
     tokens: int
     seconds: float
+    wave_requests: int = 0
 
     def __str__(self) -> str:
-        phases = " ".join(f"{role} {n}" for role, n in sorted(self.in_flight.items()))
+        phases = " ".join(f"{label} {n}" for label, n in sorted(self.in_flight.items()))
         rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
         return f"{self.label}: {self.done} done, in flight: {phases or '-'} | {rate:.0f} tok/s"
 
@@ -105,27 +115,25 @@ class RunStatus:
 class Runner:
     """Runs episode programs over an engine (see the module doc).
 
-    ``seed``: the base of every request seed (e.g. ``f"{run_seed}/{step}"``). ``progress(label, calls, requests)``
-    is called once per wave (the ``calls``-th; ``requests`` sent in it; with continuous batching: when the first
-    episode asks its ``calls + 1``-th wave, and for the rest at the end). ``status(RunStatus)`` is called after
-    every wave, and with continuous batching after finished requests (at most every ``status_every`` seconds).
-    ``calls`` / ``generations`` / ``tokens`` count waves (engine calls), requests sent and tokens generated (in a
-    data-parallel run: the most calls of any rank, the requests and tokens of all ranks; the engine's decode
-    counters, :attr:`concurrency`, and its forward ``shapes`` (:class:`~selfevo.shapes.Shapes`) are this rank's).
-    ``shard=False``: every rank runs every episode itself (no collective calls). ``continuous``: None = when the
-    engine can (``engine.stream``).
+    ``seed``: the base of every request seed (e.g. ``f"{run_seed}/{step}"``). ``progress(RunStatus)`` is called
+    once per wave as it is counted (``wave_requests`` > 0), between waves after finished requests at most every
+    ``status_every`` seconds, and once at the end. ``calls`` / ``generations`` / ``tokens`` count waves (engine
+    calls), requests sent and tokens generated (in a data-parallel run: the most waves of any rank, the requests and
+    tokens of all ranks; the engine's decode counters, :attr:`concurrency`, and its forward ``shapes``
+    (:class:`~selfevo.shapes.Shapes`) are this rank's). ``shard=False``: every rank runs every episode itself (no
+    collective calls).
     """
 
     def __init__(self, engine, sampling: SamplingParams, seed: int | str = 0,
-                 progress: Callable[[str, int, int], None] | None = None, shard: bool = True,
-                 continuous: bool | None = None, status: Callable[[RunStatus], None] | None = None,
-                 status_every: float = 0.5):
+                 progress: Callable[[RunStatus], None] | None = None, shard: bool = True, status_every: float = 0.5,
+                 status: Callable[[RunStatus], None] | None = None, continuous: bool | None = None):
+        # status, continuous: deprecated, kept while the loop moves off them (status: progress; continuous: the
+        # engine's own setting decides, e.g. engine.continuous of the hf engine)
+        progress = progress or status
         self.engine, self.sampling, self.seed, self.progress = engine, sampling, seed, progress
-        self.shard, self.status, self.status_every = shard, status, status_every
-        can = callable(getattr(engine, "stream", None))
-        if continuous and not can:
-            raise ValueError(f"engine {type(engine).__name__} cannot batch continuously (no stream method)")
-        self.continuous = can if continuous is None else continuous
+        self.shard, self.status_every = shard, status_every
+        self.serve = engine.stream if callable(getattr(engine, "stream", None)) else (
+            lambda source: serve_in_waves(engine.generate, source))
         self.calls = self.generations = self.tokens = 0
         self.decode_steps = self.decode_rows = self.prefill_tokens = 0  # from the engine's counters, if it keeps them
         self.shapes = Shapes()  # the engine's forward shapes (selfevo.shapes), if it counts them
@@ -172,51 +180,14 @@ class Runner:
         return episodes
 
     def _run(self, episodes: list[Episode], program: Program, label: str) -> list[Episode]:
-        programs = [program(e) for e in episodes]
-        pending: dict[int, tuple[list[Ask], bool]] = {}
-        for i, prog in enumerate(programs):
-            self._advance(i, prog, None, pending)
-        if self.continuous:
-            if pending:
-                _Feed(self, episodes, programs, pending, label).run()
-            return episodes
-        ep_calls = [0] * len(episodes)
-        while pending:
-            order = sorted(pending)
-            for i in order:
-                ep_calls[i] += 1
-            batch = [(i, pos if a.slot is None else a.slot, a) for i in order
-                     for pos, a in enumerate(pending[i][0])]
-            requests = [self._request(a, episodes[i].key, ep_calls[i], slot) for i, slot, a in batch]
-            completions = self._generate(requests, label)
-            turns: dict[int, list[Turn]] = {i: [] for i in order}
-            for (i, slot, a), comp in zip(batch, completions):
-                turn = self._turn(episodes[i], a, comp, ep_calls[i], slot)
-                episodes[i].turns.append(turn)
-                turns[i].append(turn)
-            for i in order:
-                single = pending.pop(i)[1]
-                self._advance(i, programs[i], turns[i][0] if single else turns[i], pending)
+        feed = _Feed(self, episodes, [program(e) for e in episodes], label)
+        if feed.pending:
+            self.serve(feed)
+        feed.finish()
         return episodes
 
-    # ---- internals ------------------------------------------------------------------------------------------
-    @staticmethod
-    def _advance(i: int, prog, value, pending: dict) -> None:
-        """Resume program ``i`` with ``value`` until it asks for something (recorded in ``pending``) or ends."""
-        try:
-            asked = prog.send(value) if value is not None else next(prog)
-            while isinstance(asked, list) and not asked:  # an empty wave: nothing to generate
-                asked = prog.send([])
-        except StopIteration:
-            return
-        if isinstance(asked, Ask):
-            pending[i] = ([asked], True)
-        elif isinstance(asked, list) and all(isinstance(a, Ask) for a in asked):
-            pending[i] = (asked, False)
-        else:
-            raise TypeError(f"an episode program must yield an Ask or a list of Asks, got {type(asked).__name__}")
-
-    def _request(self, a: Ask, key: str, call: int, slot: int) -> Request:
+    def request(self, a: Ask, key: str, wave: int, slot: int) -> Request:
+        """The request of ask ``a``: the runner's sampling adjusted by the ask, seeded by (episode, wave, slot)."""
         sampling = a.sampling or self.sampling
         if a.max_new_tokens:
             sampling = dataclasses.replace(sampling, max_new_tokens=a.max_new_tokens)
@@ -224,36 +195,41 @@ class Runner:
             sampling = dataclasses.replace(sampling, temperature=a.temperature)
         if a.stop:
             sampling = dataclasses.replace(sampling, stop=tuple(sampling.stop) + tuple(a.stop))
-        return Request(a.agent, a.messages, sampling, seed=request_seed(self.seed, key, call, slot), prefix=a.prefix)
+        return Request(a.agent, a.messages, sampling, seed=request_seed(self.seed, key, wave, slot), prefix=a.prefix)
 
-    def _generate(self, requests: list[Request], label: str) -> list[Completion]:
-        completions = self.engine.generate(requests)
-        if len(completions) != len(requests):
-            raise RuntimeError(f"engine returned {len(completions)} completions for {len(requests)} requests")
-        self.calls += 1
-        self.generations += len(requests)
-        self.tokens += sum(len(c.token_ids) for c in completions)
-        if self.progress is not None:
-            self.progress(label, self.calls, len(requests))
-        if self.status is not None:
-            self.status(RunStatus(label, self.generations, Counter(), self.tokens, 0.0))
-        return completions
 
-    @staticmethod
-    def _turn(ep: Episode, a: Ask, comp: Completion, call: int, slot: int) -> Turn:
-        refs = {k: (v if isinstance(v, int) else ep.index(v)) for k, v in a.refs.items()}
-        parsed = a.parser(a.prefix + comp.text) if a.parser is not None else None
-        return Turn(a.agent, a.role, comp, parsed, round=a.round, meta=dict(a.meta), call=call, slot=slot, refs=refs)
+def advance(i: int, prog, value, pending: dict) -> None:
+    """Resume program ``i`` with ``value`` until it asks for something (recorded in ``pending``) or ends."""
+    try:
+        asked = prog.send(value) if value is not None else next(prog)
+        while isinstance(asked, list) and not asked:  # an empty wave: nothing to generate
+            asked = prog.send([])
+    except StopIteration:
+        return
+    if isinstance(asked, Ask):
+        pending[i] = ([asked], True)
+    elif isinstance(asked, list) and all(isinstance(a, Ask) for a in asked):
+        pending[i] = (asked, False)
+    else:
+        raise TypeError(f"an episode program must yield an Ask or a list of Asks, got {type(asked).__name__}")
+
+
+def make_turn(ep: Episode, a: Ask, comp: Completion, wave: int, slot: int) -> Turn:
+    """The turn of ask ``a`` answered by ``comp`` in the episode's ``wave``-th engine call, refs as indices."""
+    refs = {k: (v if isinstance(v, int) else ep.index(v)) for k, v in a.refs.items()}
+    parsed = a.parser(a.prefix + comp.text) if a.parser is not None else None
+    return Turn(a.agent, a.label, comp, parsed, round=a.round, meta=dict(a.meta), wave=wave, slot=slot, refs=refs)
 
 
 class _Feed:
-    """The runner's side of continuous batching (a :class:`~selfevo.engines.base.RequestSource`): each episode's
-    wave of asks becomes ready requests; when a wave is fully answered its turns are appended (in ask order, as in
-    wave mode), the program resumes, and its next wave becomes ready at once."""
+    """What the runner serves the engine (a :class:`~selfevo.engines.base.RequestSource`): each episode's wave of
+    asks becomes ready requests; when a wave is fully answered its turns are appended (in ask order), the program
+    resumes, and its next wave becomes ready at once. It counts the run (waves, requests, tokens) and reports it."""
 
-    def __init__(self, runner: Runner, episodes: list[Episode], programs: list, pending: dict, label: str):
-        self.runner, self.episodes, self.programs, self.pending, self.label = runner, episodes, programs, pending, label
-        self.calls = [0] * len(episodes)
+    def __init__(self, runner: Runner, episodes: list[Episode], programs: list, label: str):
+        self.runner, self.episodes, self.programs, self.label = runner, episodes, programs, label
+        self.pending: dict[int, tuple[list[Ask], bool]] = {}
+        self.waves = [0] * len(episodes)
         self.answers: dict[int, dict[int, Completion]] = {}
         self.ready: list[tuple[tuple[int, int], Request]] = []
         self.in_flight: Counter = Counter()
@@ -261,16 +237,20 @@ class _Feed:
         self.reported = self.done_count = 0
         self.start, self.last_status = time.perf_counter(), 0.0
         self.start_calls, self.start_tokens = runner.calls, runner.tokens
-        for i in sorted(pending):
+        for i, prog in enumerate(programs):
+            advance(i, prog, None, self.pending)
+        for i in sorted(self.pending):
             self._submit(i)
 
-    def run(self) -> None:
-        self.runner.engine.stream(self)
+    def finish(self) -> None:
+        """After the engine stopped: every episode must be done; the waves counted and a last status reported."""
         if self.pending:
             raise RuntimeError(f"the engine stopped with {len(self.pending)} episodes still waiting for answers")
-        self.runner.calls = self.start_calls + max(self.calls)
-        self._report(max(self.calls))
-        self._status(force=True)
+        waves = max(self.waves, default=0)
+        self._report(waves)
+        self.runner.calls = self.start_calls + waves
+        if waves:
+            self._status(force=True)
 
     def take(self) -> list[tuple[tuple[int, int], Request]]:
         ready, self.ready = self.ready, []
@@ -283,46 +263,44 @@ class _Feed:
             raise RuntimeError(f"the engine answered request {key} twice")
         answers[pos] = completion
         asks, single = self.pending[i]
-        self.in_flight[asks[pos].role] -= 1
+        self.in_flight[asks[pos].label] -= 1
         self.done_count += 1
         self.runner.tokens += len(completion.token_ids)
         if len(answers) == len(asks):
             del self.pending[i], self.answers[i]
-            turns = []
-            for p, a in enumerate(asks):
-                turn = Runner._turn(self.episodes[i], a, answers[p], self.calls[i], p if a.slot is None else a.slot)
-                self.episodes[i].turns.append(turn)
-                turns.append(turn)
-            Runner._advance(i, self.programs[i], turns[0] if single else turns, self.pending)
+            ep, wave = self.episodes[i], self.waves[i]
+            turns = [make_turn(ep, a, answers[p], wave, p if a.slot is None else a.slot) for p, a in enumerate(asks)]
+            ep.turns.extend(turns)
+            advance(i, self.programs[i], turns[0] if single else turns, self.pending)
             if i in self.pending:
                 self._submit(i)
         self._status()
 
     def _submit(self, i: int) -> None:
-        self.calls[i] += 1
-        self._report(self.calls[i] - 1)
+        self.waves[i] += 1
+        self._report(self.waves[i] - 1)
         asks, _ = self.pending[i]
         for pos, a in enumerate(asks):
             slot = pos if a.slot is None else a.slot
-            self.ready.append(((i, pos), self.runner._request(a, self.episodes[i].key, self.calls[i], slot)))
-            self.in_flight[a.role] += 1
+            self.ready.append(((i, pos), self.runner.request(a, self.episodes[i].key, self.waves[i], slot)))
+            self.in_flight[a.label] += 1
         self.runner.generations += len(asks)
-        self.wave_requests[self.calls[i]] += len(asks)
+        self.wave_requests[self.waves[i]] += len(asks)
 
     def _report(self, waves: int) -> None:
-        """``progress`` for every wave up to ``waves`` not yet reported (the first episode to start a wave)."""
+        """``progress`` for every wave up to ``waves`` not yet counted (the first episode to start the next one)."""
         while self.reported < waves:
             self.reported += 1
-            if self.runner.progress is not None:
-                self.runner.progress(self.label, self.start_calls + self.reported, self.wave_requests[self.reported])
+            self._status(force=True, wave_requests=self.wave_requests[self.reported])
 
-    def _status(self, force: bool = False) -> None:
+    def _status(self, force: bool = False, wave_requests: int = 0) -> None:
         now = time.perf_counter()
-        if self.runner.status is None or not (force or now - self.last_status >= self.runner.status_every):
+        if self.runner.progress is None or not (force or now - self.last_status >= self.runner.status_every):
             return
         self.last_status = now
-        self.runner.status(RunStatus(self.label, self.done_count, +self.in_flight,
-                                     self.runner.tokens - self.start_tokens, now - self.start))
+        self.runner.progress(RunStatus(self.label, self.start_calls + self.reported, self.done_count,
+                                       +self.in_flight, self.runner.tokens - self.start_tokens, now - self.start,
+                                       wave_requests))
 
 
 def run_episodes(engine, tasks: Iterable[Task], program: Program, sampling: SamplingParams, seed: int | str = 0,

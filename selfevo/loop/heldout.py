@@ -52,7 +52,7 @@ def evaluate(setup_name: str, tasks: Sequence[Task], engine, sampling: SamplingP
     tokens = sum(t["n_tokens"] for it in items for t in it["responses"])
     record: dict[str, Any] = {
         **(meta or {}), "setup": setup_name, "n": n, "accuracy": correct / n if n else None,
-        "mean_score": scores / n if n else None, **run.metrics, "steps": run.steps, "generations": run.generations,
+        "mean_score": scores / n if n else None, **run.metrics, "waves": run.waves, "generations": run.generations,
         "generated_tokens": tokens, "wall_time_s": round(wall, 2), "seed": seed, "agents": list(setup.agents),
         "sampling": run.sampling, "options": run.options,
     }

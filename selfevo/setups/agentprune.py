@@ -5,7 +5,7 @@ graph, then a decision agent answers. A MAESTRO Table 1 baseline.
   reply to j within a round; temporal edges i → j (all n² pairs) carry i's reply of the previous round. Once per
   run (one-shot pruning) ``round(pruning_rate · |edges|)`` edges of each kind are removed, drawn from the run's
   seed: every task runs on the same sparse graph (``info["graph"]``; metrics ``spatial_edges``, ``temporal_edges``).
-* A round runs the agents in topological waves of the spatial graph (one step per wave); an agent gets the task, its
+* A round runs the agents in topological layers of the spatial graph (one wave per layer); an agent gets the task, its
   spatial predecessors' replies of this round and, from round 2, its temporal predecessors' replies of the last
   round (AgentPrune's ``MathSolver`` wording).
 * Final answer: ``aggregate="llm"`` (``FinalRefer``, AgentPrune's GSM8K default): one decision call (``agents[0]``)
@@ -23,7 +23,7 @@ with a seeded random mask in place of the learned one (nearer the code's ``--mod
 one). The per-role system prompts and few-shot exemplars (Math Solver, Mathematical Analyst, Programming Expert,
 Inspector) are not used: every agent is the same assistant on the benchmark's zero-shot prompt.
 
-Steps: ``rounds`` × (waves of the spatial graph), + 1 with ``aggregate="llm"``. Agent i uses ``agents[i % len]``.
+Waves: ``rounds`` × (layers of the spatial graph), + 1 with ``aggregate="llm"``. Agent i uses ``agents[i % len]``.
 """
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def pruned_graph(n: int, rate: float, seed: int | str) -> dict[str, list[tuple[i
     return {kind: sorted(rng.sample(pairs, len(pairs) - round(rate * len(pairs)))) for kind, pairs in edges.items()}
 
 
-def waves(n: int, spatial: list[tuple[int, int]]) -> list[list[int]]:
-    """The agents in topological waves: an agent's wave is one past its latest spatial predecessor's."""
+def layers(n: int, spatial: list[tuple[int, int]]) -> list[list[int]]:
+    """The agents in topological layers: an agent's layer is one past its latest spatial predecessor's."""
     level = [0] * n
     for i, j in sorted(spatial):
         level[j] = max(level[j], level[i] + 1)
@@ -89,15 +89,15 @@ class AgentPrune(Setup):
         return pruned_graph(self.opts.n_agents, self.opts.pruning_rate, self.seed)
 
     @cached_property
-    def waves(self) -> list[list[int]]:
-        return waves(self.opts.n_agents, self.graph["spatial"])
+    def layers(self) -> list[list[int]]:
+        return layers(self.opts.n_agents, self.graph["spatial"])
 
-    def max_steps(self) -> int:
-        return self.opts.rounds * len(self.waves) + (self.opts.aggregate == "llm")
+    def max_waves(self) -> int:
+        return self.opts.rounds * len(self.layers) + (self.opts.aggregate == "llm")
 
-    def step_label(self, call: int) -> str:
-        rnd, wave = divmod(call - 1, len(self.waves))
-        return "decision" if rnd == self.opts.rounds else f"round {rnd + 1} wave {wave + 1}"
+    def wave_label(self, wave: int) -> str:
+        rnd, layer = divmod(wave - 1, len(self.layers))
+        return "decision" if rnd == self.opts.rounds else f"round {rnd + 1} layer {layer + 1}"
 
     def message(self, query: str, a: int, now: dict[int, str], last: dict[int, str]) -> str:
         """Agent ``a``'s prompt: the task, its spatial predecessors' replies (``now``) and temporal ones' (``last``)."""
@@ -111,10 +111,10 @@ class AgentPrune(Setup):
         last: dict[int, str] = {}
         for rnd in range(1, o.rounds + 1):
             now: dict[int, str] = {}
-            for wave in self.waves:
+            for layer in self.layers:
                 turns = yield [self.ask(self.agent(a), "agent", user(self.message(query, a, now, last)), round=rnd,
-                                        meta={"agent_index": a}) for a in wave]
-                now.update({a: t.text for a, t in zip(wave, turns)})
+                                        meta={"agent_index": a}) for a in layer]
+                now.update({a: t.text for a, t in zip(layer, turns)})
             last = now
         replies = [last[a] for a in range(o.n_agents)]
         if o.aggregate == "llm":

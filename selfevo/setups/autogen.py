@@ -1,6 +1,6 @@
 """AutoGen two-agent chat (MASLab ``autogen``, no code execution): an assistant and an LLM user proxy.
 
-Loop (MASLab's, at most ``max_turns`` = 3 assistant turns and 2 proxy turns, so at most 5 steps):
+Loop (MASLab's, at most ``max_turns`` = 3 assistant turns and 2 proxy turns, so at most 5 waves):
 
 1. The assistant answers the task. If its answer contains ``TERMINATE`` the task is done.
 2. Up to ``max_turns - 1`` times: the user proxy reviews the assistant's latest answer; if the proxy's reply
@@ -8,7 +8,7 @@ Loop (MASLab's, at most ``max_turns`` = 3 assistant turns and 2 proxy turns, so 
    the proxy (with its whole history) and is done if that answer contains ``TERMINATE``.
 3. The final response is the assistant's last answer with ``TERMINATE`` removed.
 
-Each step sends the still-active tasks of all tasks in one engine call; a step with no active task is skipped.
+Each wave sends the still-active tasks of all tasks in one engine call; a wave with no active task is skipped.
 The user proxy's requests use seed slot 1.
 
 Prompts (kept simple):
@@ -61,11 +61,11 @@ class AutoGen(Setup):
     Options = AutoGenOptions
     default_temperature = 0.5
 
-    def max_steps(self) -> int:
+    def max_waves(self) -> int:
         return 2 * self.opts.max_turns - 1
 
-    def step_label(self, call: int) -> str:
-        return f"assistant {(call + 1) // 2}" if call % 2 else f"user proxy {call // 2}"
+    def wave_label(self, wave: int) -> str:
+        return f"assistant {(wave + 1) // 2}" if wave % 2 else f"user proxy {wave // 2}"
 
     def solve(self, ep: Episode):
         query = format_prompt(ep.task)
@@ -86,7 +86,7 @@ class AutoGen(Setup):
                 stop = "assistant"
                 break
         self.finish(ep, strip_terminate(last), stopped_by=stop,
-                    assistant_turns=sum(t.role == "assistant" for t in ep.turns))
+                    assistant_turns=sum(t.label == "assistant" for t in ep.turns))
 
     def metrics(self, tasks, results) -> dict[str, Any]:
         if not results:

@@ -6,9 +6,8 @@ program* (see :mod:`selfevo.interaction.runner`): a generator over one task's :c
 that yields :class:`~selfevo.interaction.Ask`\\ s (or lists of them, generated in parallel), receives the turns
 and ends with :meth:`Setup.finish`. The shared :class:`~selfevo.interaction.Runner` runs all tasks together (a
 continuously batching engine gets each task's next asks as soon as its previous ones are answered; other engines
-get one ``engine.generate`` call per wave of all tasks); ``run.steps`` (a *step* = one wave) is the most waves
-any task took, and a turn's ``call`` is the wave that produced it. Request seeds are
-``request_seed(seed, task id, call, slot)`` (:func:`selfevo.interaction.request_seed`), so results do not depend on
+get one ``engine.generate`` call per wave of all tasks); ``run.waves`` is the most waves any task took, and a
+turn's ``wave`` is the one that produced it. Request seeds are ``request_seed(seed, task id, wave, slot)`` (:func:`selfevo.interaction.request_seed`), so results do not depend on
 how an engine batches or orders requests.
 
 Agents: ``agents`` is a list of adapter names (``None`` = the bare backbone). A setup with several roles maps its
@@ -25,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from selfevo.config import ConfigError, load_section
 from selfevo.errors import SelfevoError
-from selfevo.interaction import Ask, Episode, Runner, Turn
+from selfevo.interaction import Ask, Episode, Runner, RunStatus, Turn
 from selfevo.registry import Registry
 from selfevo.types import SamplingParams, Task
 from selfevo.verifiers import verify
@@ -41,8 +40,8 @@ class SetupError(SelfevoError, ValueError):
 
 def turn_record(turn: Turn) -> dict[str, Any]:
     """A JSON-able record of one response of a setup run (the ``responses`` of ``selfevo eval``'s items.jsonl);
-    ``step`` is the engine call that produced it (``turn.call``)."""
-    return {"step": turn.call, "role": turn.role, "agent": turn.agent, "text": turn.text, "slot": turn.slot,
+    ``wave`` is the engine call that produced it, ``label`` the turn's name."""
+    return {"wave": turn.wave, "label": turn.label, "agent": turn.agent, "text": turn.text, "slot": turn.slot,
             "round": turn.round, "finish_reason": turn.finish_reason, "n_tokens": turn.n_tokens,
             "meta": dict(turn.meta)}
 
@@ -69,7 +68,7 @@ class SetupRun:
     setup: str
     results: list[TaskResult]
     metrics: dict[str, Any]  # setup-level metrics (e.g. coverage/identification for maestro_select)
-    steps: int  # engine.generate calls made
+    waves: int  # engine calls made (the most waves any task took)
     generations: int  # requests sent in total
     options: dict[str, Any]
     sampling: dict[str, Any]
@@ -110,13 +109,12 @@ class NoOptions:
 
 class Setup(abc.ABC):
     """Base of every setup: ``Setup(engine, sampling, agents=None, seed=0, verifier=None, progress=None,
-    continuous=None, **options)`` then ``run(tasks) -> SetupRun``.
+    **options)`` then ``run(tasks) -> SetupRun``.
 
     ``sampling`` applies to every generation unless a setup documents otherwise (maestro_select's central agent
     runs at temperature 0). ``verifier(task, response) -> Verdict`` (default :func:`selfevo.verifiers.verify`)
-    extracts answers for voting and judges candidates for coverage metrics. ``progress(label)`` is called after
-    every engine call (``label``: :meth:`step_label`). ``continuous`` is the runner's (None: batch continuously
-    when the engine can; False: one engine call per wave, ``engine.continuous=false``).
+    extracts answers for voting and judges candidates for coverage metrics. ``progress(label)`` is called once
+    per wave (``label``: :meth:`wave_label`).
 
     ``Options`` declares the setup's options as a dataclass of :func:`~selfevo.config.opt` fields (meaning,
     bounds, choices): ``options`` are checked against it (:func:`load_options`) and kept as ``self.opts``, an
@@ -131,41 +129,39 @@ class Setup(abc.ABC):
 
     def __init__(self, engine, sampling: SamplingParams, agents: Sequence[str | None] | None = None, seed: int = 0,
                  verifier: Callable[[Task, str], Verdict] | None = None,
-                 progress: Callable[[str], None] | None = None, continuous: bool | None = None, **options: Any):
+                 progress: Callable[[str], None] | None = None, **options: Any):
         self.engine = engine
-        self.continuous = continuous
         self.sampling = sampling
         self.agents: list[str | None] = list(agents) if agents else [None]
         self.seed = seed
         self.verifier = verify if verifier is None else verifier
         self.progress = progress
         self.opts = OmegaConf.to_object(load_options(self.Options, options, self.name))
-        self.steps = 0
+        self.waves = 0
         self.generations = 0
         self._results: dict[str, TaskResult] = {}
         self._verdicts: dict[tuple[str, str], Verdict] = {}
 
     # ---- to override ---------------------------------------------------------------------------------------
     @abc.abstractmethod
-    def max_steps(self) -> int:
-        """Engine calls this setup makes at most (for progress bars)."""
+    def max_waves(self) -> int:
+        """Waves (engine calls) this setup makes at most (for progress bars)."""
 
     @abc.abstractmethod
     def solve(self, ep: Episode) -> Generator[Ask | list[Ask], Turn | list[Turn], None]:
         """The episode program of one task (``ep.task``): yields asks, receives their turns, ends with
         :meth:`finish`. The pending asks of all tasks go to the engine as one call."""
 
-    def step_label(self, call: int) -> str:
-        """The progress label of the ``call``-th engine call (every setup's tasks advance in lockstep)."""
-        return f"step {call}"
+    def wave_label(self, wave: int) -> str:
+        """The progress label of the ``wave``-th engine call (every setup's tasks advance in lockstep)."""
+        return f"wave {wave}"
 
     def metrics(self, tasks: Sequence[Task], results: Sequence[TaskResult]) -> dict[str, Any]:
         return {}
 
     # ---- shared ----------------------------------------------------------------------------------------------
     def run(self, tasks: Sequence[Task]) -> SetupRun:
-        progress = None if self.progress is None else lambda label, call, n: self.progress(self.step_label(call))
-        runner = Runner(self.engine, self.sampling, seed=self.seed, progress=progress, continuous=self.continuous)
+        runner = Runner(self.engine, self.sampling, seed=self.seed, progress=self._progress)
         ids = [t.id for t in tasks]
         if len(set(ids)) != len(ids):
             dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -173,19 +169,24 @@ class Setup(abc.ABC):
                              f"repeated: {', '.join(dup[:5])}")
         self._results = {}
         episodes = runner.run([Episode(t) for t in tasks], self.solve, self.name)
-        self.steps, self.generations = runner.calls, runner.generations
+        self.waves, self.generations = runner.calls, runner.generations
         results = [self._results.pop(ep.key) for ep in episodes]
-        return SetupRun(self.name, results, self.metrics(tasks, results), self.steps, self.generations,
+        return SetupRun(self.name, results, self.metrics(tasks, results), self.waves, self.generations,
                         dataclasses.asdict(self.opts), dataclasses.asdict(self.sampling))
+
+    def _progress(self, status: RunStatus) -> None:
+        """``progress`` of each wave as the runner counts it."""
+        if self.progress is not None and status.wave_requests:
+            self.progress(self.wave_label(status.waves))
 
     def agent(self, i: int) -> str | None:
         return self.agents[i % len(self.agents)]
 
     @staticmethod
-    def ask(agent: str | None, role: str, messages: list[dict[str, str]], round: int | None = None,
+    def ask(agent: str | None, label: str, messages: list[dict[str, str]], round: int | None = None,
             slot: int | None = None, **fields: Any) -> Ask:
         """An :class:`Ask` (no round unless given); ``slot`` pins its seed slot."""
-        return Ask(agent, role, messages, round=round, slot=slot, **fields)
+        return Ask(agent, label, messages, round=round, slot=slot, **fields)
 
     def finish(self, ep: Episode, final: str, **info: Any) -> None:
         """End ``ep``: its result is ``final`` (answer extracted by the verifier), its turns and ``info``."""

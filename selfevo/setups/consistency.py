@@ -3,10 +3,10 @@
 * ``aggregate="vote"`` (default; Wang et al.'s original SC): the answers are extracted with the verifier
   (``verifier(task, response).extracted``) and grouped (:func:`~selfevo.verifiers.voting.majority_vote`:
   normalised text, plus math-verify equivalence for math tasks); the final response is the first sample carrying
-  the winning answer (the first sample when none has an answer). Steps: 1.
+  the winning answer (the first sample when none has an answer). Waves: 1.
 * ``aggregate="llm"`` (MASLab ``self_consistency``): one more call with MASLab's prompt ``[Task]: ... [Solution i]:
   ... Given the task and all the above solutions, reason over them carefully and provide a final answer to the
-  task.``; its output is the final response. Steps: 2.
+  task.``; its output is the final response. Waves: 2.
 
 Default sampling: temperature 0.5 (MASLab). Agents: sample j uses ``agents[j % len(agents)]``; the aggregation
 call ``agents[0]``.
@@ -34,11 +34,11 @@ class Consistency(Setup):
     Options = ConsistencyOptions
     default_temperature = 0.5
 
-    def max_steps(self) -> int:
+    def max_waves(self) -> int:
         return 1 if self.opts.aggregate == "vote" else 2
 
-    def step_label(self, call: int) -> str:
-        return "samples" if call == 1 else "aggregate"
+    def wave_label(self, wave: int) -> str:
+        return "samples" if wave == 1 else "aggregate"
 
     def solve(self, ep: Episode):
         query = format_prompt(ep.task)

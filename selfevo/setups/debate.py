@@ -4,12 +4,12 @@
 * Round r ≥ 2: each agent's own chat (question, its answers, earlier debate prompts) gets MASLab's debate message
   with the *other* agents' round r−1 answers (``These are the recent/updated opinions from other agents: ... One
   agent response: ```...``` ... can you provide an updated answer? ... The original problem is {query}.``); a lone
-  agent is asked to verify and reiterate its answer instead. All agents of all tasks answer in one step.
+  agent is asked to verify and reiterate its answer instead. All agents of all tasks answer in one wave.
 * Final answer: ``aggregate="vote"`` (default; Du et al.): majority vote over the answers the verifier extracts
   from the last round (the final response is the first agent response carrying the winning answer);
   ``aggregate="llm"`` (MASLab): one aggregation call over the last-round answers.
 
-Steps: ``rounds`` (+1 with ``aggregate="llm"``). Default sampling: temperature 0.5 (MASLab). Agents: debater i
+Waves: ``rounds`` (+1 with ``aggregate="llm"``). Default sampling: temperature 0.5 (MASLab). Agents: debater i
 uses ``agents[i % len(agents)]``; the aggregation call ``agents[0]``.
 """
 from __future__ import annotations
@@ -52,11 +52,11 @@ class Debate(Setup):
     Options = DebateOptions
     default_temperature = 0.5
 
-    def max_steps(self) -> int:
+    def max_waves(self) -> int:
         return self.opts.rounds + (self.opts.aggregate == "llm")
 
-    def step_label(self, call: int) -> str:
-        return f"debate round {call}" if call <= self.opts.rounds else "aggregate"
+    def wave_label(self, wave: int) -> str:
+        return f"debate round {wave}" if wave <= self.opts.rounds else "aggregate"
 
     def solve(self, ep: Episode):
         n, query = self.opts.n_agents, format_prompt(ep.task)

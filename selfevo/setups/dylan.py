@@ -19,13 +19,13 @@ Defaults (SALT-NLP/DyLAN ``code/MMLU/LLMLP.py``, ``LLM_Neuron.py``, ``prompt_lib
 ``llmlp_gen_math_listwise_deeper_markov.py``; MASLab ``methods/dylan``): 4 agents, 3 layers, the ranker keeps 2
 from the third layer on, temperature 0.2 (the MATH script), DyLAN's math prompts without their few-shot exemplars.
 Where selfevo differs: DyLAN asks a layer's agents one by one, checking consensus after each reply; here a layer
-is one step checked whole (the same layers stop, with the same answer). The released activation loop compares
+is one wave checked whole (the same layers stop, with the same answer). The released activation loop compares
 shuffled positions with agent numbers (who runs after ranking is random) and passes on every reply; here the kept
 agents run and see only the kept replies (the paper's description; the MATH script). Not reproduced: the team
 optimisation that picks, before the evaluation, the role-pool candidates with the highest mean importance on a
 trial set (every agent here is the same assistant).
 
-Steps: ``rounds``, + 1 ranker call when ``rounds`` ≥ 3 and ``n_agents`` > ``top_k``; fewer on an early stop. Agent i
+Waves: ``rounds``, + 1 ranker call when ``rounds`` ≥ 3 and ``n_agents`` > ``top_k``; fewer on an early stop. Agent i
 uses ``agents[i % len(agents)]``.
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ class DyLAN(Setup):
     Options = DyLANOptions
     default_temperature = 0.2
 
-    def max_steps(self) -> int:
+    def max_waves(self) -> int:
         return self.opts.rounds + (self.opts.rounds >= 3 and self.opts.n_agents > self.opts.top_k)
 
     def shuffled(self, ep: Episode, items: list, layer: int, slot: int) -> list:

@@ -21,7 +21,7 @@ selfevo's: 4 agents in 2 groups of 2 (the smallest split in which groups debate)
 intra-group round per stage after the first answers), the summary prompt below, temperature 0.5 as debate (the
 debate prompts are Du et al.'s, as MASLab writes them).
 
-Steps: S·R + S − 1. Agents: agent i uses ``agents[i % len(agents)]``.
+Waves: S·R + S − 1. Agents: agent i uses ``agents[i % len(agents)]``.
 """
 from __future__ import annotations
 
@@ -77,11 +77,11 @@ class GroupDebate(Setup):
             raise SetupError(f"setup 'group_debate': n_groups {self.opts.n_groups} exceeds n_agents "
                              f"{self.opts.n_agents}")
 
-    def max_steps(self) -> int:
+    def max_waves(self) -> int:
         return self.opts.stages * (self.opts.rounds + 1) - 1
 
-    def step_label(self, call: int) -> str:
-        stage, index = divmod(call - 1, self.opts.rounds + 1)
+    def wave_label(self, wave: int) -> str:
+        stage, index = divmod(wave - 1, self.opts.rounds + 1)
         return f"stage {stage + 1} summaries" if index == self.opts.rounds else f"stage {stage + 1} round {index + 1}"
 
     def solve(self, ep: Episode):

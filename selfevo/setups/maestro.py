@@ -19,7 +19,7 @@ and K: its round-1 candidates are replayed instead of generated, so every centra
 slates).
 
 Metrics (:func:`~selfevo.setups.maestro_rounds.maestro_metrics`): coverage p_t, identification q_t,
-accuracy and selection parse-failure rate per round and overall. Steps: 2·R. Sampling defaults: temperature 0.7,
+accuracy and selection parse-failure rate per round and overall. Waves: 2·R. Sampling defaults: temperature 0.7,
 top-p 0.95 (App. C.1). Agents: execution agent i uses ``agents[i % len(agents)]``; the central agent is
 ``agents[central_agent]`` if set, else ``agents[N]`` when more than N agents are given (N executors + 1 central,
 as ``selfevo eval central_adapter=DIR`` arranges), else ``agents[0]``.
@@ -68,7 +68,7 @@ class MaestroSelect(Setup):
             except (OSError, ValueError) as exc:
                 raise SetupError(f"setup 'maestro_select': cannot read slates={o.slates}: {exc}") from None
 
-    def max_steps(self) -> int:
+    def max_waves(self) -> int:
         return (3 if self.chained else 2) * self.opts.rounds - (self.replay is not None)
 
     @property
@@ -91,11 +91,11 @@ class MaestroSelect(Setup):
     def slate_order(self, ep: Episode, rnd: int, size: int) -> list[int]:
         return self.protocol.slate_order(ep, rnd, size)
 
-    def step_label(self, call: int) -> str:
-        """Engine call ``call`` (1-based) of an episode: its round and stage (chain: rationale, then number;
-        replayed slates: round 1 has no candidates call)."""
+    def wave_label(self, wave: int) -> str:
+        """Wave ``wave`` (1-based) of an episode: its round and stage (chain: rationale, then number; replayed
+        slates: round 1 has no candidates wave)."""
         stages = ["candidates", *(["rationale", "choice"] if self.chained else ["selection"])]
-        index = call - 1 + (1 if self.replay is not None else 0)
+        index = wave - 1 + (1 if self.replay is not None else 0)
         return f"round {index // len(stages) + 1} {stages[index % len(stages)]}"
 
     def solve(self, ep: Episode):

@@ -10,8 +10,8 @@ Per round t = 1..R, every episode (task) of the batch in lockstep, one engine ca
    from ``request_seed(seed, "explore|" + episode key, round, slot)``). The interactive (revision) prompts sample at
    ``revision_temperature`` when it is set (App. C.1: 0.3), the others at the runner's temperature.
 2. *Convergence* (one call): the slate is shown in a seeded shuffled order (``request_seed(seed, "slate|" + key,
-   round, 0)``; ``shuffle_slate=False``: agent-major) to the central agent, greedy (temperature 0, slot 0, role
-   ``central``). With ``samples = G > 0`` the same call also draws G sampled central outputs (role
+   round, 0)``; ``shuffle_slate=False``: agent-major) to the central agent, greedy (temperature 0, slot 0, label
+   ``central``). With ``samples = G > 0`` the same call also draws G sampled central outputs (label
    ``central_sample``, ``sample_temperature``): the training list of CLPO / group of GRPO. Every central turn refers
    to the shown candidates as ``refs["candidate_j"]`` (j = displayed position), which the ``slate`` reward source
    reads. Central-Gen (``central_mode="gen"``) writes its own answer instead; Central-Gen+SC (``gen_sc``) samples
@@ -172,14 +172,14 @@ class MaestroProtocol:
             return [dataclasses.replace(one, temperature=None, meta={"sample": g}) for g in range(self.cfg.sc_samples)]
         if not self.samples or self.cfg.central_mode != "select":
             return one
-        extra = [dataclasses.replace(one, role="central_sample", temperature=self.sample_temperature,
+        extra = [dataclasses.replace(one, label="central_sample", temperature=self.sample_temperature,
                                      meta={"sample": g, "slate": f"{ep.key}|r{rnd}"}, refs=dict(refs))
                  for g in range(self.samples)]
         return [one, *extra]
 
     def chained_selection(self, asks: list, shown: list, task: Task):
         """The selection written in two stages (``central_chain``; small models that never write the strict format
-        unaided): stage 1 (role ``<label>_reason``) starts with ``Reason:`` and stops at ``Chosen`` or after
+        unaided): stage 1 (label ``<label>_reason``) starts with ``Reason:`` and stops at ``Chosen`` or after
         ``reason_tokens``; stage 2 starts with that rationale and ``\nChosen: Candidate `` (given, not generated)
         and generates the number (at most 3 tokens, cut at the first space, newline or punctuation mark). The
         harness then writes ``Final:`` as the shown candidate's own final answer (the round outputs that candidate
@@ -187,7 +187,7 @@ class MaestroProtocol:
         is a recorded parse failure. Stage-2 turns refer to their rationale (``refs["rationale"]``), whose turn the
         ``slate`` source credits with the same reward. A rationale cut by ``reason_tokens`` is cut by design
         (``meta["limit_by_design"]``: ``trainer.mask_truncated`` keeps it). Returns the stage-2 turns."""
-        reasons = yield [dataclasses.replace(a, role=f"{a.role}_reason", prefix="Reason:", stop=("Chosen",),
+        reasons = yield [dataclasses.replace(a, label=f"{a.label}_reason", prefix="Reason:", stop=("Chosen",),
                                              max_new_tokens=self.cfg.reason_tokens, parser=None, refs=dict(a.refs),
                                              meta={**a.meta, "limit_by_design": True}) for a in asks]
         finals = [self.verdict(task, c.text).extracted for c in shown]
@@ -252,7 +252,8 @@ def read_replay(path: str) -> dict[str, list[str]]:
         for n, line in enumerate(handle, 1):
             try:
                 item = json.loads(line)
-                turns = sorted((r for r in item["responses"] if r["role"] == "execution" and r["round"] == 1),
+                turns = sorted((r for r in item["responses"]  # "role": items written before the key "label"
+                                if r.get("label", r.get("role")) == "execution" and r["round"] == 1),
                                key=lambda r: r["slot"])
                 out[item["id"]] = [r["text"] for r in turns]
             except (ValueError, KeyError, TypeError) as exc:

@@ -21,7 +21,7 @@ Where each default comes from (the official code: chuanyang-Zheng/Progressive-Hi
   the Answer Hints: ... With the Answer Hints: ..., we will answer the question."); every selfevo setup shows the
   benchmark's own zero-shot prompt, so no exemplars here.
 
-Steps: at most ``max_rounds`` (a task that has stopped asks nothing more). Agent: ``agents[0]``. PHP is meant for
+Waves: at most ``max_rounds`` (a task that has stopped asks nothing more). Agent: ``agents[0]``. PHP is meant for
 short answers (the paper: arithmetic and MATH); on code tasks the hint would list extracted programs.
 """
 from __future__ import annotations
@@ -55,18 +55,18 @@ class PHP(Setup):
     Options = PHPOptions
     default_temperature = 0.0
 
-    def max_steps(self) -> int:
+    def max_waves(self) -> int:
         return self.opts.max_rounds
 
-    def step_label(self, call: int) -> str:
-        return "answer" if call == 1 else f"hinted answer {call - 1}"
+    def wave_label(self, wave: int) -> str:
+        return "answer" if wave == 1 else f"hinted answer {wave - 1}"
 
     def solve(self, ep: Episode):
         task, hints, answers, texts = ep.task, [], [], []
         stopped = "max_rounds"
         for rnd in range(1, self.opts.max_rounds + 1):
-            role = "answer" if rnd == 1 else "hinted"
-            turn = yield self.ask(self.agent(0), role, user(format_prompt(hinted(task, hints))), round=rnd)
+            label = "answer" if rnd == 1 else "hinted"
+            turn = yield self.ask(self.agent(0), label, user(format_prompt(hinted(task, hints))), round=rnd)
             texts.append(turn.text)
             answers.append(self.extract(task, turn.text))
             if answers[-1] is not None:

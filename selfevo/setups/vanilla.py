@@ -1,7 +1,7 @@
 """Vanilla: one response per task (MASLab ``vanilla``; the prompt is :func:`~selfevo.tasks.format_prompt`).
 
 Default sampling: greedy (temperature 0), as MAESTRO App. C keeps single predictions deterministic. Agent:
-``agents[0]``. Steps: 1.
+``agents[0]``. Waves: 1.
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ class Vanilla(Setup):
     name = "vanilla"
     default_temperature = 0.0
 
-    def max_steps(self) -> int:
+    def max_waves(self) -> int:
         return 1
 
-    def step_label(self, call: int) -> str:
+    def wave_label(self, wave: int) -> str:
         return "vanilla"
 
     def solve(self, ep: Episode):

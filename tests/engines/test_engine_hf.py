@@ -5,6 +5,7 @@ import torch
 from helpers.adapters import randomize_adapters
 from selfevo.engines.base import render_prompt
 from selfevo.engines.hf import HFEngine, sample_next
+from selfevo.interaction import Ask
 from selfevo.engines.multilora import MultiLoRA
 from selfevo.policy import SeqBatch
 from selfevo.shapes import size_bin
@@ -475,3 +476,27 @@ def test_frozen_linear_into_accumulates_the_product_in_place(dtype):
     frozen_linear_into(w)(x, out)
     assert out.data_ptr() == ptr
     torch.testing.assert_close(out.float(), want, **({} if dtype == torch.float32 else {"atol": 0.05, "rtol": 0.02}))
+
+
+def test_without_continuous_batching_the_engine_streams_in_waves(make_store):
+    """``engine.continuous=false`` (``HFEngine(continuous=False)``): the runner's stream is served by one
+    ``generate`` call per wave of ready requests; the same turns as continuous batching (greedy decoding)."""
+    from selfevo.interaction import Episode, Runner
+    from selfevo.types import Task
+
+    store = make_store(("a0",))
+    greedy = SamplingParams(max_new_tokens=3, temperature=0.0)
+
+    def program(ep):
+        first = yield Ask("a0", "solver", [{"role": "user", "content": ep.task.question}])
+        yield [Ask("a0", "check", [{"role": "user", "content": first.text}]) for _ in range(2)]
+
+    tasks = [Task(f"t{i}", "math", f"What is {i}+1?") for i in range(3)]
+    waves = HFEngine(store, continuous=False)
+    calls = []
+    generate = waves.generate
+    waves.generate = lambda requests: calls.append(len(requests)) or generate(requests)
+    got = Runner(waves, greedy, seed=1).run([Episode(t) for t in tasks], program)
+    want = Runner(HFEngine(store), greedy, seed=1).run([Episode(t) for t in tasks], program)
+    assert calls == [3, 6]
+    assert [[t.text for t in e.turns] for e in got] == [[t.text for t in e.turns] for e in want]

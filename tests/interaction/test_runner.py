@@ -63,7 +63,7 @@ def multi_wave(ep):
 
 
 def _record(episodes):
-    return {e.key: [(t.completion.request.seed, t.text, t.call, t.slot) for t in e.turns] for e in episodes}
+    return {e.key: [(t.completion.request.seed, t.text, t.wave, t.slot) for t in e.turns] for e in episodes}
 
 
 # ---- (a) seeds independent of batching ---------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def test_seeds_and_texts_do_not_depend_on_batching(engine_cls):
     # the seeds are exactly the documented keyed seeds
     for ep in together:
         for t in ep.turns:
-            assert t.completion.request.seed == request_seed("7/2", ep.key, t.call, t.slot)
+            assert t.completion.request.seed == request_seed("7/2", ep.key, t.wave, t.slot)
     # every request seed differs (no two requests share a random stream)
     seeds = [t.completion.request.seed for e in together for t in e.turns]
     assert len(set(seeds)) == len(seeds)
@@ -139,7 +139,7 @@ def test_one_engine_call_per_wave():
     for ep in eps:
         assert [t.agent for t in ep.turns] == ["a0", "a1", "a2"]
         assert ep.meta["received"] == (ep.turns[0].text, [ep.turns[1].text, ep.turns[2].text])
-        assert [(t.call, t.slot) for t in ep.turns] == [(1, 0), (2, 0), (2, 1)]
+        assert [(t.wave, t.slot) for t in ep.turns] == [(1, 0), (2, 0), (2, 1)]
     # second wave requests are grouped per episode, in episode order
     assert [r.agent for r in eng.calls[1]] == ["a1", "a2"] * 3
 
@@ -161,7 +161,7 @@ def test_episodes_of_different_lengths_keep_working():
     assert [len(c) for c in eng.calls] == [3, 2, 1]
     assert [len(e.turns) for e in eps] == [0, 1, 2, 3]
     assert [e.meta.get("n") for e in eps] == [None, 1, 2, 3]
-    assert [t.call for t in eps[3].turns] == [1, 2, 3]
+    assert [t.wave for t in eps[3].turns] == [1, 2, 3]
     # t3's 3rd call is its own third engine call though the engine call is the runner's third as well
     assert runner.calls == 3 and runner.generations == 6
 
@@ -175,14 +175,16 @@ def test_episode_call_numbers_are_per_episode_not_global():
     eng = SeedEngine()
     eps = Runner(eng, SAMPLING, seed=0).run([Episode(t) for t in TASKS[:2]], program)
     assert [len(c) for c in eng.calls] == [2]
-    assert [t.call for e in eps for t in e.turns] == [1, 1]
+    assert [t.wave for e in eps for t in e.turns] == [1, 1]
 
 
-def test_progress_is_called_after_every_engine_call():
+def test_progress_counts_every_wave_of_an_engine_that_only_generates():
     seen = []
-    Runner(SeedEngine(), SAMPLING, seed=0, progress=lambda *a: seen.append(a)).run(
+    Runner(SeedEngine(), SAMPLING, seed=0, progress=seen.append, status_every=1e9).run(
         [Episode(t) for t in TASKS[:3]], two_waves, label="rollout")
-    assert seen == [("rollout", 1, 3), ("rollout", 2, 6)]
+    waves = [(s.label, s.waves, s.wave_requests) for s in seen if s.wave_requests]
+    assert waves == [("rollout", 1, 3), ("rollout", 2, 6)]
+    assert (seen[-1].wave_requests, seen[-1].waves, seen[-1].done, seen[-1].in_flight) == (0, 2, 9, {})
 
 
 def test_run_episodes_convenience_keys_by_task_id_or_keys():
@@ -195,7 +197,7 @@ def test_run_episodes_convenience_keys_by_task_id_or_keys():
 
 
 # ---- (c) what a turn records ---------------------------------------------------------------------------------
-def test_turn_records_call_slot_round_refs_meta_and_parse_with_prefix():
+def test_turn_records_wave_slot_round_refs_meta_and_parse_with_prefix():
     solver = CoMASSolver()
     scorer = CoMASScorer(prefix="<score>", max_new_tokens=7, temperature=0.25)
 
@@ -211,12 +213,12 @@ def test_turn_records_call_slot_round_refs_meta_and_parse_with_prefix():
     eng = SeedEngine(text=lambda r: texts[r.agent])
     (ep,) = Runner(eng, SAMPLING, seed=0).run([Episode(TASKS[1])], program)
     sol, sc1, sc2 = ep.turns
-    assert (sol.call, sol.slot, sol.round, sol.role, sol.refs, sol.meta) == (1, 0, 3, "solver", {}, {"tag": "s"})
+    assert (sol.wave, sol.slot, sol.round, sol.label, sol.refs, sol.meta) == (1, 0, 3, "solver", {}, {"tag": "s"})
     assert sol.parsed == Parsed.success("The answer is \\boxed{2}.")
     # Turn object in refs -> its index; ints kept as they are
     assert sc1.refs == {"solution": 0, "evaluation": 0} and sc2.refs == {"solution": 0}
-    assert (sc1.call, sc1.slot, sc1.round, sc1.role) == (2, 0, 3, "scorer")
-    assert (sc2.call, sc2.slot, sc2.round, sc2.role) == (2, 1, None, "judge")
+    assert (sc1.wave, sc1.slot, sc1.round, sc1.label) == (2, 0, 3, "scorer")
+    assert (sc2.wave, sc2.slot, sc2.round, sc2.label) == (2, 1, None, "judge")
     # parsed from prefix + text: "<score>" + "2</score>" -> 2; the text itself is the generated part only
     assert sc1.text == "2</score>" and sc1.parsed.ok and sc1.parsed.value == 2
     assert not sc2.parsed.ok and sc2.parsed.value is None and sc2.parsed.error
@@ -361,7 +363,6 @@ def test_continuous_batching_gives_what_waves_give(rng_seed):
     want = _record(waves.run([Episode(t) for t in TASKS], multi_wave))
     engine = StreamEngine(rng_seed)
     stream = Runner(engine, SAMPLING, seed=3)
-    assert stream.continuous
     got = _record(stream.run([Episode(t) for t in TASKS], multi_wave))
     assert got == want
     assert (stream.calls, stream.generations) == (waves.calls, waves.generations) == (3, 13)
@@ -369,21 +370,43 @@ def test_continuous_batching_gives_what_waves_give(rng_seed):
 
 
 def test_continuous_batching_interleaves_episodes_and_reports_progress():
-    seen, statuses = [], []
+    statuses = []
     engine = StreamEngine(0)
-    Runner(engine, SAMPLING, seed=0, progress=lambda *a: seen.append(a), status=statuses.append,
-           status_every=0.0).run([Episode(t) for t in TASKS], multi_wave, label="rollout")
+    Runner(engine, SAMPLING, seed=0, progress=statuses.append, status_every=0.0).run(
+        [Episode(t) for t in TASKS], multi_wave, label="rollout")
     firsts = [r.messages[-1]["content"].startswith("solve") for r in engine.served]
     assert firsts.index(False) < max(i for i, f in enumerate(firsts) if f)  # a 2nd wave before the last 1st one
-    assert [s[:2] for s in seen] == [("rollout", 1), ("rollout", 2), ("rollout", 3)]
+    # a wave is counted when the first episode asks for the next one (its requests asked by then)
+    assert [(s.label, s.waves) for s in statuses if s.wave_requests] == [("rollout", 1), ("rollout", 2),
+                                                                         ("rollout", 3)]
     assert statuses[-1].done == 13 and not statuses[-1].in_flight and statuses[-1].tokens == 13 * 3
     assert any(s.in_flight for s in statuses) and "tok/s" in str(statuses[0])
 
 
-def test_continuous_can_be_switched_off_or_refused():
-    assert not Runner(StreamEngine(), SAMPLING, continuous=False).continuous
-    with pytest.raises(ValueError, match="cannot batch continuously"):
-        Runner(SeedEngine(), SAMPLING, continuous=True)
+def test_an_engine_that_only_generates_is_served_in_waves():
+    """serve_in_waves: every ready request in one generate call, answers back in request order; a generate that
+    returns too few completions is an error."""
+    from selfevo.engines.base import serve_in_waves
+
+    class Source:
+        def __init__(self):
+            self.ready, self.got = [(("a", 0), "r0"), (("a", 1), "r1")], []
+
+        def take(self):
+            ready, self.ready = self.ready, []
+            return ready
+
+        def done(self, key, completion):
+            self.got.append((key, completion))
+            if key == ("a", 1):
+                self.ready = [(("b", 0), "r2")]  # the next wave becomes ready once this one is answered
+
+    calls, source = [], Source()
+    serve_in_waves(lambda requests: calls.append(requests) or [r.upper() for r in requests], source)
+    assert calls == [["r0", "r1"], ["r2"]]
+    assert source.got == [(("a", 0), "R0"), (("a", 1), "R1"), (("b", 0), "R2")]
+    with pytest.raises(RuntimeError, match="engine returned 1 completions for 2 requests"):
+        serve_in_waves(lambda requests: requests[:1], Source())
 
 
 def test_an_engine_dropping_a_request_is_an_error():

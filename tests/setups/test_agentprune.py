@@ -1,5 +1,5 @@
 """AgentPrune (selfevo.setups.agentprune) on a scripted engine: the one-shot pruned graph (seeded, the same for every
-task), the topological waves, what each agent is shown (spatial: this round, temporal: the last one), and the final
+task), the topological layers, what each agent is shown (spatial: this round, temporal: the last one), and the final
 decision call or vote (a failed parse, one agent)."""
 import re
 
@@ -7,7 +7,7 @@ import pytest
 
 from helpers.scripted import ReplyEngine
 from selfevo.setups import make_setup, run_setup
-from selfevo.setups.agentprune import pruned_graph, waves
+from selfevo.setups.agentprune import layers, pruned_graph
 from selfevo.types import SamplingParams, Task
 
 SAMPLING = SamplingParams(max_new_tokens=8, temperature=0.5)
@@ -26,7 +26,7 @@ def test_pruned_graph_is_seeded_and_keeps_the_share_asked():
     assert pruned_graph(3, 0.0, 0) == {"spatial": [(0, 1), (0, 2), (1, 2)],
                                        "temporal": [(i, j) for i in range(3) for j in range(3)]}
     assert pruned_graph(3, 1.0, 0) == {"spatial": [], "temporal": []}
-    assert waves(4, [(0, 2), (1, 2), (1, 3), (2, 3)]) == [[0, 1], [2], [3]] and waves(2, []) == [[0, 1]]
+    assert layers(4, [(0, 2), (1, 2), (1, 3), (2, 3)]) == [[0, 1], [2], [3]] and layers(2, []) == [[0, 1]]
 
 
 def reply(request) -> str:
@@ -51,10 +51,10 @@ def test_agentprune_rounds_follow_the_pruned_graph(seed):
     engine = ReplyEngine(reply)
     run = run_setup("agentprune", [task("x"), task("y")], engine, SAMPLING, agents=AGENTS, rounds=2, seed=seed)
     graph = pruned_graph(4, 0.25, seed)
-    order = waves(4, graph["spatial"])
-    assert run.steps == 2 * len(order) + 1 == len(engine.calls)
-    for call, wave in zip(engine.calls, order + order):  # every task asks the same wave in the same call
-        assert [r.agent for r in call] == [f"a{a}" for a in wave] * 2
+    order = layers(4, graph["spatial"])
+    assert run.waves == 2 * len(order) + 1 == len(engine.calls)
+    for call, layer in zip(engine.calls, order + order):  # every task asks the same layer in the same wave
+        assert [r.agent for r in call] == [f"a{a}" for a in layer] * 2
     for call_no, call in enumerate(engine.calls[:-1]):
         rnd = call_no // len(order) + 1
         for request in call:
@@ -74,7 +74,7 @@ def test_agentprune_vote_with_a_failed_parse_and_one_agent():
     texts = {"a0": "no answer", "a1": "\\boxed{4}", "a2": "\\boxed{5}", "a3": "so \\boxed{5}"}
     engine = ReplyEngine(lambda r: texts[r.agent])
     run = run_setup("agentprune", [task("x")], engine, SAMPLING, agents=AGENTS, aggregate="vote", pruning_rate=1.0)
-    assert [len(c) for c in engine.calls] == [4]  # no edge left: one wave, no decision call
+    assert [len(c) for c in engine.calls] == [4]  # no edge left: one layer, no decision call
     [res] = run.results
     assert res.final_response == "\\boxed{5}" and res.info["vote"]["total"] == 3 and res.info["vote"]["count"] == 2
     engine = ReplyEngine(lambda r: "decided" if r.messages[-1]["content"].startswith("You are") else "x \\boxed{1}")
@@ -82,4 +82,4 @@ def test_agentprune_vote_with_a_failed_parse_and_one_agent():
     assert [len(c) for c in engine.calls] == [1, 1] and run.results[0].final_response == "decided"
     assert run.results[0].extracted is None  # the decision states no answer: none is read from the agents
     setup = make_setup("agentprune", None, SAMPLING)
-    assert setup.step_label(setup.max_steps()) == "decision" and setup.step_label(1) == "round 1 wave 1"
+    assert setup.wave_label(setup.max_waves()) == "decision" and setup.wave_label(1) == "round 1 layer 1"

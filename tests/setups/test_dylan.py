@@ -24,7 +24,7 @@ def shown_agents(request) -> list[int]:
 def test_dylan_stops_when_two_thirds_agree():
     engine = ReplyEngine(lambda r: "agent3 \\boxed{5}" if r.agent == "a3" else f"agent{r.agent[1]} \\boxed{{2}}")
     run = run_setup("dylan", [task()], engine, SAMPLING, agents=AGENTS)
-    assert [len(c) for c in engine.calls] == [4] and run.steps == 1  # 3 of 4 > ⌊2/3·4⌋ = 2
+    assert [len(c) for c in engine.calls] == [4] and run.waves == 1  # 3 of 4 > ⌊2/3·4⌋ = 2
     assert engine.calls[0][0].messages[0]["role"] == "system" and engine.calls[0][0].messages[1]["content"].startswith(
         "What?")
     [res] = run.results
@@ -52,7 +52,7 @@ def reformation_reply(request) -> str:
 def test_dylan_ranker_drops_agents_and_importance_follows_the_ratings():
     engine = ReplyEngine(reformation_reply)
     run = run_setup("dylan", [task()], engine, SAMPLING, agents=AGENTS)
-    assert [len(c) for c in engine.calls] == [4, 4, 1, 2] and run.steps == 4
+    assert [len(c) for c in engine.calls] == [4, 4, 1, 2] and run.waves == 4
     layer2, ranker, layer3 = engine.calls[1], engine.calls[2][0], engine.calls[3]
     assert all(sorted(shown_agents(r)) == [0, 1, 2, 3] for r in layer2)  # every reply of layer 1
     assert "Put all 4 scores in the form like [[1, 5, 2, ...]]" in layer2[0].messages[-1]["content"]
@@ -66,7 +66,7 @@ def test_dylan_ranker_drops_agents_and_importance_follows_the_ratings():
     assert (res.info["ranker_failures"], res.info["rating_failures"]) == (0, 1)  # agent 0's layer-2 ratings
     # layer 3: agents 1, 3 share 1; layer 2: agent 1 = .5·1 + .5·.5, agent 3 = .5·0 + .5·.5; layer 1: .25 each
     assert res.info["importance"] == [0.25, 0.5 + 0.75 + 0.25, 0.25, 0.5 + 0.25 + 0.25]
-    assert [t.role for t in res.turns].count("ranker") == 1 and run.metrics["early_stop_rate"] == 0.0
+    assert [t.label for t in res.turns].count("ranker") == 1 and run.metrics["early_stop_rate"] == 0.0
 
 
 def test_dylan_ranker_parse_failure_is_recorded_and_falls_back_to_a_seeded_pick():
@@ -102,4 +102,4 @@ def test_dylan_helpers():
     layers = [{0: ([], [], True), 1: ([], [], True)}, {0: ([1, 0], [0.25, 0.75], True)}]
     assert importance(layers, {0}, 2) == [1 + 0.75, 0.25]
     setup = make_setup("dylan", None, SAMPLING)
-    assert setup.max_steps() == 4 and make_setup("dylan", None, SAMPLING, top_k=4).max_steps() == 3
+    assert setup.max_waves() == 4 and make_setup("dylan", None, SAMPLING, top_k=4).max_waves() == 3

@@ -26,7 +26,7 @@ def debater_reply(request) -> str:
 def test_group_debate_groups_debate_inside_then_exchange_summaries_and_vote():
     engine = ReplyEngine(debater_reply)
     run = run_setup("group_debate", [task()], engine, SAMPLING, agents=AGENTS)
-    assert [len(c) for c in engine.calls] == [4, 4, 2, 4, 4] and run.steps == 5  # S·R + S − 1
+    assert [len(c) for c in engine.calls] == [4, 4, 2, 4, 4] and run.waves == 5  # S·R + S − 1
     first, intra, summary, inter, last = engine.calls
     assert all(r.messages[-1]["content"].startswith("What?") for r in first)
     # stage 1 round 2: agent 0 sees its group peer (agent 1's 11) only, agent 2 sees agent 3's 13 only
@@ -46,7 +46,7 @@ def test_group_debate_groups_debate_inside_then_exchange_summaries_and_vote():
     # last answers 7, 7, 3, 3: a tie, won by the group seen first (agent 0's)
     assert res.extracted == "7" and res.final_response == "\\boxed{7}"
     assert res.info["vote"]["count"] == 2 and res.info["groups"] == [[0, 1], [2, 3]]
-    roles = [(t.role, t.meta["group"], t.meta["stage"]) for t in res.turns if t.call == 3]
+    roles = [(t.label, t.meta["group"], t.meta["stage"]) for t in res.turns if t.wave == 3]
     assert roles == [("summary", 0, 1), ("summary", 1, 1)]
     assert run.metrics == {"unanimous_rate": 0.0, "no_answer_rate": 0.0}
 
@@ -67,5 +67,5 @@ def test_group_debate_groups_and_options():
     with pytest.raises(SetupError, match="n_groups 3 exceeds n_agents 2"):
         make_setup("group_debate", None, SAMPLING, n_agents=2, n_groups=3)
     setup = make_setup("group_debate", None, SAMPLING, stages=3, rounds=1)
-    assert setup.max_steps() == 5 and [setup.step_label(c) for c in (1, 2, 3)] == [
+    assert setup.max_waves() == 5 and [setup.wave_label(c) for c in (1, 2, 3)] == [
         "stage 1 round 1", "stage 1 summaries", "stage 2 round 1"]

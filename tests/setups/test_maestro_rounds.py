@@ -47,7 +47,7 @@ def test_protocol_shape_batching_broadcast_and_own_history():
     assert [r.sampling.temperature for r in central_call[:4]] == [0.0, 1.0, 1.0, 1.0]
     assert len({r.seed for c in engine.calls for r in c}) == 48  # keyed seeds never repeat
     for ep in episodes:
-        roles = [t.role for t in ep.turns]
+        roles = [t.label for t in ep.turns]
         assert roles == (["execution"] * 4 + ["central"] + ["central_sample"] * 3) * 2
         record = ep.meta["rounds"][0]
         for t in ep.turns[4:8]:  # every central turn refers to the slate in displayed order
@@ -103,7 +103,7 @@ def test_parse_failures_are_recorded_never_candidate_one():
     _, episodes = run_protocol(tasks, samples=2)
     seen = {"ok": 0, "fail": 0}
     for ep in episodes:
-        for rec, central in zip(ep.meta["rounds"], [t for t in ep.turns if t.role == "central"]):
+        for rec, central in zip(ep.meta["rounds"], [t for t in ep.turns if t.label == "central"]):
             if central.parsed.ok:
                 seen["ok"] += 1
                 assert rec["chosen"] == rec["order"][central.parsed.value.index] == rec["output"]
@@ -176,7 +176,7 @@ def test_chained_selection_asks_both_stages_and_records_failures():
     for i, ep in enumerate(episodes):
         one_round = ["execution"] * 4 + ["central_reason"] + ["central_sample_reason"] * 2 + ["central"] + \
             ["central_sample"] * 2
-        assert [t.role for t in ep.turns] == one_round * 2
+        assert [t.label for t in ep.turns] == one_round * 2
         for r, rec in enumerate(ep.meta["rounds"]):
             base = 10 * r
             cands, reasons, picks = ep.turns[base:base + 4], ep.turns[base + 4:base + 7], ep.turns[base + 7:base + 10]
@@ -259,10 +259,10 @@ def test_replayed_slates_give_the_same_records_without_generating_candidates(tmp
     engine0, first = run_protocol(tasks, rounds=1)
     path = tmp_path / "items.jsonl"
     path.write_text("".join(json.dumps({"id": ep.task.id, "responses": [
-        {"role": t.role, "round": t.round, "slot": t.slot, "text": t.text} for t in ep.turns]}) + "\n"
+        {"role": t.label, "round": t.round, "slot": t.slot, "text": t.text} for t in ep.turns]}) + "\n"
         for ep in first))
     replay = read_replay(str(path))
-    assert replay[tasks[0].id] == [t.text for t in first[0].turns if t.role == "execution"]
+    assert replay[tasks[0].id] == [t.text for t in first[0].turns if t.label == "execution"]
     engine, again = run_protocol(tasks, rounds=1, replay=replay)
     assert len(engine.calls) == 1 and {r.agent for r in engine.calls[0]} == {"central"}  # only the selection
     # the central agent sees the very same prompts (its request seeds differ: one engine call fewer; the greedy

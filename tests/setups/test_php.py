@@ -30,7 +30,7 @@ def test_php_re_asks_with_the_hint_until_two_answers_agree():
     engine = scripted({"QA": ["\\boxed{3}", "\\boxed{5}", "so \\boxed{5.0}", "unused"],
                        "QB": ["\\boxed{7}", "\\boxed{7}"]})
     run = run_setup("php", [task("a", "QA"), task("b", "QB")], engine, SAMPLING)
-    assert [len(c) for c in engine.calls] == [2, 2, 1] and run.steps == 3  # B agrees at call 2, A at call 3
+    assert [len(c) for c in engine.calls] == [2, 2, 1] and run.waves == 3  # B agrees at call 2, A at call 3
     prompts = [[r.messages[0]["content"] for r in call] for call in engine.calls]
     assert prompts[0] == ["QA" + INSTRUCTION, "QB" + INSTRUCTION]
     assert prompts[1] == ["QA (Hint: The answer is near to 3)." + INSTRUCTION,
@@ -39,7 +39,7 @@ def test_php_re_asks_with_the_hint_until_two_answers_agree():
     a, b = run.results
     assert a.final_response == "so \\boxed{5.0}" and a.extracted == "5.0"  # 5 and 5.0 agree (normalised)
     assert a.info == {"answers": ["3", "5", "5.0"], "stopped": "agreement", "parse_failures": 0}
-    assert [t.role for t in a.turns] == ["answer", "hinted", "hinted"] and [t.round for t in a.turns] == [1, 2, 3]
+    assert [t.label for t in a.turns] == ["answer", "hinted", "hinted"] and [t.round for t in a.turns] == [1, 2, 3]
     assert b.info["answers"] == ["7", "7"] and b.extracted == "7"
     assert run.metrics == {"mean_rounds": 2.5, "agreement_rate": 1.0, "parse_failure_rate": 0.0}
 
@@ -59,12 +59,12 @@ def test_php_stops_at_max_rounds_with_the_last_answer():
     engine = scripted({"QA": ["\\boxed{1}", "\\boxed{2}", "\\boxed{3}"]})
     run = run_setup("php", [task("a", "QA")], engine, SAMPLING, agents=["solo", "other"], max_rounds=3)
     [res] = run.results
-    assert run.steps == 3 and res.final_response == "\\boxed{3}" and res.info["stopped"] == "max_rounds"
+    assert run.waves == 3 and res.final_response == "\\boxed{3}" and res.info["stopped"] == "max_rounds"
     assert {r.agent for call in engine.calls for r in call} == {"solo"}  # one agent: agents[0]
     assert run.metrics["agreement_rate"] == 0.0
     engine = scripted({"QA": ["\\boxed{1}"]})
     one = run_setup("php", [task("a", "QA")], engine, SAMPLING, max_rounds=1)
-    assert one.steps == 1 and one.results[0].info["stopped"] == "max_rounds"
+    assert one.waves == 1 and one.results[0].info["stopped"] == "max_rounds"
 
 
 def test_php_defaults():

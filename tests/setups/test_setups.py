@@ -82,10 +82,10 @@ def test_setup_on_tiny_model_is_well_formed_and_batched(tiny_engine, name, optio
     assert run.setup == name and len(run.results) == 3
     assert [r.task_id for r in run.results] == [t.id for t in tasks]
     assert engine.calls == EXPECTED[(name, options)]
-    assert len(engine.calls) == run.steps and sum(engine.calls) == run.generations
+    assert len(engine.calls) == run.waves and sum(engine.calls) == run.generations
     for res in run.results:
         assert isinstance(res.final_response, str) and res.turns
-        assert all(isinstance(t.text, str) and 1 <= t.call <= run.steps for t in res.turns)
+        assert all(isinstance(t.text, str) and 1 <= t.wave <= run.waves for t in res.turns)
         # maestro_select: "" when the last selection did not parse (strict: no fallback counted as an answer)
         assert res.final_response in [t.text for t in res.turns] or name == "autogen" or (
             name == "maestro_select" and res.final_response == "" and res.info["rounds"][-1]["chosen"] is None)
@@ -131,7 +131,7 @@ def test_consistency_vote_on_scripted_samples():
     engine = ScriptedEngine(lambda r: next(answers))
     run = run_setup("consistency", [math_task("t", "Q?", "5")], engine, SAMPLING)
     res = run.results[0]
-    assert run.steps == 1 and len(res.turns) == 5
+    assert run.waves == 1 and len(res.turns) == 5
     assert res.final_response == "I think \\boxed{5}" and res.extracted == "5"
     assert res.info["vote"]["count"] == 3 and res.info["vote"]["total"] == 4
     assert run.metrics["vote_agreement"] == pytest.approx(0.6)
@@ -180,12 +180,12 @@ def test_autogen_stops_on_terminate_per_task():
 
     engine = ScriptedEngine(script)
     run = run_setup("autogen", tasks, engine, SAMPLING)
-    assert [len(c) for c in engine.calls] == [3, 2, 1, 1, 1] and run.steps == 5
+    assert [len(c) for c in engine.calls] == [3, 2, 1, 1, 1] and run.waves == 5
     a, b, c = run.results
     assert a.final_response == "\\boxed{1}" and a.info == {"stopped_by": "assistant", "assistant_turns": 1}
     assert b.final_response == "\\boxed{2}" and b.info["stopped_by"] == "user_proxy"
     assert c.info == {"stopped_by": "max_turns", "assistant_turns": 3} and c.extracted == "6"
-    assert [t.role for t in c.turns] == ["assistant", "user_proxy", "assistant", "user_proxy", "assistant"]
+    assert [t.label for t in c.turns] == ["assistant", "user_proxy", "assistant", "user_proxy", "assistant"]
     assert engine.calls[2][0].messages[0]["role"] == "system"
     assert [m["role"] for m in engine.calls[2][0].messages[1:]] == ["user", "assistant", "user"]
     assert run.metrics["stopped_by_max_turns"] == pytest.approx(1 / 3)
@@ -194,7 +194,7 @@ def test_autogen_stops_on_terminate_per_task():
 def test_autogen_all_terminate_in_one_step():
     engine = ScriptedEngine(lambda r: f"\\boxed{{1}}\n{TERMINATE}")
     run = run_setup("autogen", [math_task("a", "QA", "1"), math_task("b", "QB", "1")], engine, SAMPLING)
-    assert run.steps == 1 and len(engine.calls) == 1
+    assert run.waves == 1 and len(engine.calls) == 1
     assert [r.final_response for r in run.results] == ["\\boxed{1}", "\\boxed{1}"]
 
 
@@ -235,7 +235,7 @@ def test_maestro_coverage_identification_on_scripted_slates():
     engine = ScriptedEngine(maestro_script())
     run = run_setup("maestro_select", tasks, engine, SAMPLING, n_agents=2, k=2, rounds=2, epsilon=0,
                     shuffle_slate=False)
-    assert [len(c) for c in engine.calls] == [8, 2, 8, 2] and run.steps == 4
+    assert [len(c) for c in engine.calls] == [8, 2, 8, 2] and run.waves == 4
     m = run.metrics
     assert (m["coverage_r1"], m["identification_r1"], m["accuracy_r1"]) == (1.0, 0.5, 0.5)
     assert (m["coverage_r2"], m["identification_r2"], m["accuracy_r2"]) == (0.5, 1.0, 0.5)
@@ -376,31 +376,34 @@ def test_maestro_agents_mapping():
 
 
 def test_turn_records_keep_the_items_schema():
-    """``selfevo eval`` writes each turn as a JSON record with the fields it always had (``step`` = the turn's call)."""
+    """``selfevo eval`` writes each turn as a JSON record: its wave (the engine call), label, agent, text, ..."""
     import json
 
     engine = ScriptedEngine(lambda r: "\\boxed{2}")
     run = run_setup("maestro_select", [math_task("a", "QA", "2")], engine, SAMPLING, rounds=1, n_agents=1, k=2)
     records = json.loads(json.dumps(run.results[0].turn_records()))
-    assert [list(r) for r in records] == [["step", "role", "agent", "text", "slot", "round", "finish_reason",
+    assert [list(r) for r in records] == [["wave", "label", "agent", "text", "slot", "round", "finish_reason",
                                            "n_tokens", "meta"]] * 3
-    assert [(r["step"], r["role"], r["slot"], r["round"], r["n_tokens"]) for r in records] == \
+    assert [(r["wave"], r["label"], r["slot"], r["round"], r["n_tokens"]) for r in records] == \
         [(1, "execution", 0, 1, 2), (1, "execution", 1, 1, 2), (2, "central", 0, 1, 2)]
     fallback = run.results[0].info["rounds"][0]["order"][0]  # unparsable: no choice, the first shown is output
     assert records[2]["meta"] == {"chosen": None, "shown": None, "output": fallback, "parsed": False}
     assert records[0]["meta"]["agent_index"] == 0
 
 
-def test_continuous_false_sends_one_engine_call_per_wave():
-    """``engine.continuous=false`` reaches a setup's runner: an engine that can stream gets plain generate calls."""
+def test_an_engine_that_only_generates_gets_one_call_per_wave_and_a_streaming_one_streams():
+    """One runner path: an engine without ``stream`` is served in waves (one ``generate`` call per wave of all
+    tasks); an engine with ``stream`` is streamed, never asked to ``generate``."""
 
     class StreamingEngine(ScriptedEngine):
         def stream(self, source):
-            raise AssertionError("continuous=False must not stream")
+            raise AssertionError("streamed")
 
     tasks = [math_task("t1", "What is 1 + 0?", "1"), math_task("t2", "What is 0 + 1?", "1")]
-    engine = StreamingEngine(lambda r: "The answer is \\boxed{1}")
-    run = make_setup("debate", engine, SAMPLING, continuous=False, n_agents=2, rounds=2).run(tasks)
-    assert run.steps == 2 and [len(c) for c in engine.calls] == [4, 4]
-    with pytest.raises(AssertionError, match="must not stream"):
-        make_setup("vanilla", StreamingEngine(lambda r: ""), SAMPLING).run(tasks)
+    engine = ScriptedEngine(lambda r: "The answer is \\boxed{1}")
+    run = make_setup("debate", engine, SAMPLING, n_agents=2, rounds=2).run(tasks)
+    assert run.waves == 2 and [len(c) for c in engine.calls] == [4, 4]
+    streaming = StreamingEngine(lambda r: "")
+    with pytest.raises(AssertionError, match="streamed"):
+        make_setup("vanilla", streaming, SAMPLING).run(tasks)
+    assert streaming.calls == []

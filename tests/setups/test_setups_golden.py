@@ -1,6 +1,7 @@
 """Golden test: every inference setup, on three fixed tasks with a scripted engine, is pinned exactly — the requests
 of every engine call (agent, seed, sampling, messages), each task's final response, extraction, turns and info, the
-run's metrics, step and generation counts, and the progress labels. A refactor of the setups or of the interaction
+run's metrics, wave and generation counts, and the progress labels (under the keys first written: "steps" for
+the waves, a turn's "call" and "role" for its wave and label). A refactor of the setups or of the interaction
 runner they run on must keep it green.
 
 The engine answers from the request's seed and a hash of its messages (never from batch position), so any change
@@ -81,8 +82,8 @@ class GoldenEngine:
 
 
 def turn_record(t) -> dict:
-    call = t.call if hasattr(t, "call") else t.step  # the turn field was ``step`` before the interaction runner
-    return {"role": t.role, "agent": t.agent, "text": t.text, "slot": t.slot, "round": t.round, "call": call,
+    """The golden record's keys as first written: the turn's label as "role", its wave as "call"."""
+    return {"role": t.label, "agent": t.agent, "text": t.text, "slot": t.slot, "round": t.round, "call": t.wave,
             "finish_reason": t.finish_reason, "n_tokens": t.n_tokens, "meta": dict(t.meta)}
 
 
@@ -92,7 +93,7 @@ def record(case: str) -> dict:
     run = run_setup(name, tasks(), engine, SAMPLING, agents=agents, seed=seed, progress=labels.append, **options)
     out = {"results": [{"task_id": r.task_id, "final_response": r.final_response, "extracted": r.extracted,
                         "turns": [turn_record(t) for t in r.turns], "info": r.info} for r in run.results],
-           "metrics": run.metrics, "steps": run.steps, "generations": run.generations, "options": run.options,
+           "metrics": run.metrics, "steps": run.waves, "generations": run.generations, "options": run.options,
            "sampling": run.sampling, "calls": engine.calls, "progress": labels}
     return json.loads(json.dumps(out))
 
