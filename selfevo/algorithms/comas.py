@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Callable
 
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, ask
@@ -23,11 +24,12 @@ from selfevo.loop import DataCfg, Loop, Phase, RunCfg, Update
 from selfevo.loop.metrics import precision_recall
 from selfevo.rewards import build_sources
 from selfevo.roles.base import HistoryItem, Role
-from selfevo.roles.comas import comas_roles
+from selfevo.roles.comas import (CoMASEvaluator, CoMASJudge, CoMASScorer, CoMASSolver, CoMASVerdictEvaluator,
+                                 comas_roles)
 from selfevo.tasks import comas_training_mix
 from selfevo.types import Task
 
-VARIANTS = ("full", "without_evaluation", "without_scoring")
+SOLVER, EVALUATOR, SCORER, JUDGE = "solver", "evaluator", "scorer", "judge"  # the roles, each a turn label too
 
 
 # ---- config -----------------------------------------------------------------------------------------------------
@@ -35,7 +37,7 @@ VARIANTS = ("full", "without_evaluation", "without_scoring")
 class CoMASProtocolCfg:
     semantics: str = opt("paper", "paper: sequential, a random agent acts; released: every agent solves each round",
                          choices=("paper", "released"))
-    variant: str = opt("full", "full method or a reward ablation (Sec. 4.3.1)", choices=VARIANTS)
+    variant: str = opt("full", "full method or a reward ablation (Sec. 4.3.1)", choices=lambda: tuple(VARIANTS))
     rounds: int = opt(2, "m: discussion rounds per task", ge=1)
     evaluations: int = opt(1, "n: evaluations per solution", ge=1)
     horizon: int = opt(2, "κ: rounds of history a solver (and evaluator) sees", ge=0)
@@ -82,38 +84,61 @@ class CoMASCfg(RunCfg):
 
     @staticmethod
     def check(cfg) -> None:
-        """A noisy judge replaces scores: the w/o-scoring variant has none."""
+        """A noisy judge replaces scores: a variant without scores (w/o scoring) has none to replace."""
         RunCfg.check(cfg)
-        if cfg.reward.judge != "model" and cfg.protocol.variant == "without_scoring":
-            raise ConfigError("reward.judge=noisy_judge replaces the scorer's scores; protocol.variant="
-                              "without_scoring has no scores (use full or without_evaluation)")
+        if cfg.reward.judge != "model" and VARIANTS[cfg.protocol.variant].scored_by is None:
+            with_scores = ", ".join(k for k, v in VARIANTS.items() if v.scored_by)
+            raise ConfigError(f"reward.judge={cfg.reward.judge} replaces the scorer's scores; protocol.variant="
+                              f"{cfg.protocol.variant} has no scores (use {with_scores})")
 
 
 # ---- roles ------------------------------------------------------------------------------------------------------
 def make_roles(p: CoMASProtocolCfg) -> dict[str, Role]:
-    """The variant's roles with the protocol's format options (score/verdict prefixes, scorer token limit)."""
+    """The variant's roles with the protocol's format options (score/verdict prefixes, scorer token limit;
+    ``evaluators_see_history=false`` reaches the roles that show a history to judge by)."""
+    v = VARIANTS[p.variant]
     options = {"template_set": p.template_set, "kappa": p.horizon}
-    if not p.evaluators_see_history and p.variant != "without_evaluation":
+    if not p.evaluators_see_history and v.judges_see_history:
         options["see_history"] = False
-    roles = comas_roles(p.variant, **options)
-    for name in ("scorer", "judge"):
-        if name in roles:
-            roles[name].prefix, roles[name].max_new_tokens = p.score_prefix, p.score_max_new_tokens
-    if p.variant == "without_scoring":
-        roles["evaluator"].prefix = p.verdict_prefix
+    roles = comas_roles(v.roles, **options)
+    if v.scored_by:
+        roles[v.scored_by].prefix, roles[v.scored_by].max_new_tokens = p.score_prefix, p.score_max_new_tokens
+    if v.verdict_by:
+        roles[v.verdict_by].prefix = p.verdict_prefix
     return roles
 
 
 # ---- the discussion: episode programs ---------------------------------------------------------------------------
 @dataclass
 class Discussion:
-    """Roles, agents, protocol settings and each episode's own RNG (agent draws never depend on batching)."""
+    """The paper's semantics (``protocol.semantics=paper``): roles, agents, protocol settings and each episode's own
+    RNG (agent draws never depend on batching); its episode program is :meth:`program`."""
 
     roles: dict[str, Role]
     agents: list[str]
     cfg: CoMASProtocolCfg
     seed: str
     rngs: dict = field(default_factory=dict)
+
+    def program(self):
+        """The paper's episode program (Sec. 3.1): m rounds, each a solution by a random agent (seeing the last κ
+        rounds) and the variant's judging phase."""
+
+        def program(ep: Episode):
+            hist: list[HistoryItem] = []
+            for rnd in range(self.cfg.rounds):
+                seen = list(hist)
+                sol = yield self.ask(SOLVER, self.pick(ep), ep, rnd, history=seen)
+                hist.append(HistoryItem(sol.agent, "solution", sol.text))
+                yield from self.judging(ep, [sol], [seen], [hist], rnd)
+
+        return program
+
+    def judging(self, ep: Episode, sols: list, seen: list, hists: list[list[HistoryItem]], rnd: int):
+        """The variant's judging phase of one round's solutions (:data:`VARIANTS`)."""
+        n = self.cfg.evaluations
+        who = [(k // n, a) for k, a in enumerate(self.draw(ep, sols))]
+        yield from VARIANTS[self.cfg.variant].judging(self, ep, sols, who, seen, hists, rnd)
 
     def rng(self, ep: Episode) -> random.Random:
         return self.rngs.setdefault(ep.key, random.Random(f"{self.seed}|{ep.key}"))
@@ -137,6 +162,22 @@ class Shuffled(Discussion):
     over the round's solutions — every agent judges equally often, evaluators and scorers are shuffled
     independently, self-judging happens (≈ 1/l) unless ``self_evaluation=false`` (then a derangement)."""
 
+    def program(self):
+        """Released-code semantics: every agent solves every task each round, seeing ``references`` discussions
+        sampled from the previous round; judges drawn by :meth:`draw`."""
+
+        def program(ep: Episode):
+            previous: list[list[HistoryItem]] = []
+            for rnd in range(self.cfg.rounds):
+                chosen = self.rng(ep).sample(previous, min(self.cfg.references, len(previous)))
+                refs = [item for disc in chosen for item in disc]
+                sols = yield [self.ask(SOLVER, a, ep, rnd, history=refs) for a in self.agents]
+                hists = [[HistoryItem(s.agent, "solution", s.text)] for s in sols]
+                yield from self.judging(ep, sols, [refs] * len(sols), hists, rnd)
+                previous = hists
+
+        return program
+
     def draw(self, ep: Episode, sols: list) -> list[str]:
         perms = [self._permutation(self.rng(ep), sols) for _ in range(self.cfg.evaluations)]
         return [perm[j] for j in range(len(sols)) for perm in perms]
@@ -149,65 +190,63 @@ class Shuffled(Discussion):
                 return perm
 
 
-def judge(d: Discussion, ep: Episode, sols: list, seen: list, hists: list[list[HistoryItem]], rnd: int):
-    """The variant's judging phase for the solutions ``sols`` of one episode. Evaluators see the history as it was
-    before their solution (``seen``) and the solution once, as the one to judge (Eq. 4); the evaluations are then
-    appended to the history (``hists``)."""
-    n = d.cfg.evaluations
-    who = [(k // n, a) for k, a in enumerate(d.draw(ep, sols))]
-    if d.cfg.variant == "without_evaluation":
-        yield [d.ask("judge", a, ep, rnd, {"solution": sols[i]}, solution=sols[i].text) for i, a in who]
-        return
-    evals = yield [d.ask("evaluator", a, ep, rnd, {"solution": sols[i]}, solution=sols[i].text, history=seen[i])
+# ---- the variants: judging phases, roles and rewards (Sec. 4.3.1) ----------------------------------------------
+def judge_only(d: Discussion, ep: Episode, sols: list, who: list, seen: list, hists: list, rnd: int):
+    """w/o evaluation: each drawn judge scores the solution directly; nothing joins the history."""
+    yield [d.ask(JUDGE, a, ep, rnd, {"solution": sols[i]}, solution=sols[i].text) for i, a in who]
+
+
+def evaluate(d: Discussion, ep: Episode, sols: list, who: list, seen: list, hists: list, rnd: int,
+             score: bool = False):
+    """Evaluators see the history as it was before their solution (``seen``) and the solution once, as the one to
+    judge (Eq. 4); with ``score`` each evaluation is then scored by a separately drawn scorer; the evaluations join
+    the history (``hists``)."""
+    evals = yield [d.ask(EVALUATOR, a, ep, rnd, {"solution": sols[i]}, solution=sols[i].text, history=seen[i])
                    for i, a in who]
-    if d.cfg.variant == "full":
+    if score:
         scorers = d.draw(ep, sols)
-        yield [d.ask("scorer", a, ep, rnd, {"solution": sols[i], "evaluation": e}, solution=sols[i].text,
+        yield [d.ask(SCORER, a, ep, rnd, {"solution": sols[i], "evaluation": e}, solution=sols[i].text,
                      evaluation=e.text) for (i, _), a, e in zip(who, scorers, evals)]
     for (i, _), e in zip(who, evals):
         hists[i].append(HistoryItem(e.agent, "evaluation", e.text))
 
 
-def paper_program(d: Discussion):
-    """m rounds: a solution by a random agent (seeing the last κ rounds), then the variant's judging phase."""
-
-    def program(ep: Episode):
-        hist: list[HistoryItem] = []
-        for rnd in range(d.cfg.rounds):
-            seen = list(hist)
-            sol = yield d.ask("solver", d.pick(ep), ep, rnd, history=seen)
-            hist.append(HistoryItem(sol.agent, "solution", sol.text))
-            yield from judge(d, ep, [sol], [seen], [hist], rnd)
-
-    return program
+def evaluate_and_score(d: Discussion, ep: Episode, sols: list, who: list, seen: list, hists: list, rnd: int):
+    """The full method: evaluation, then a score of each evaluation (Eq. 5-6)."""
+    yield from evaluate(d, ep, sols, who, seen, hists, rnd, score=True)
 
 
-def released_program(d: Discussion):
-    """Released-code semantics: every agent solves every task each round, seeing ``references`` discussions sampled
-    from the previous round; judges drawn by ``d.draw`` (:class:`Shuffled` for this protocol)."""
+@dataclass(frozen=True)
+class Variant:
+    """One CoMAS variant as data: its roles (label → role class), its judging phase after each round's solutions,
+    the label whose answers are scores (the score prefix and token limit; None: no scores), the label whose answers
+    are verdicts (the verdict prefix), whether its judges are shown a history (``evaluators_see_history``), and its
+    own reward source (None: the interaction scores of the judge ``reward.judge`` names, :data:`JUDGES`)."""
 
-    def program(ep: Episode):
-        previous: list[list[HistoryItem]] = []
-        for rnd in range(d.cfg.rounds):
-            chosen = d.rng(ep).sample(previous, min(d.cfg.references, len(previous)))
-            refs = [item for disc in chosen for item in disc]
-            sols = yield [d.ask("solver", a, ep, rnd, history=refs) for a in d.agents]
-            hists = [[HistoryItem(s.agent, "solution", s.text)] for s in sols]
-            yield from judge(d, ep, sols, [refs] * len(sols), hists, rnd)
-            previous = hists
-
-    return program
+    roles: dict[str, type]
+    judging: Callable
+    scored_by: str | None = None
+    verdict_by: str | None = None
+    judges_see_history: bool = True
+    reward: str | None = None
 
 
-PROGRAMS = {"paper": paper_program, "released": released_program}
-DISCUSSIONS = {"paper": Discussion, "released": Shuffled}
+VARIANTS = {
+    "full": Variant({SOLVER: CoMASSolver, EVALUATOR: CoMASEvaluator, SCORER: CoMASScorer}, evaluate_and_score,
+                    scored_by=SCORER),
+    "without_evaluation": Variant({SOLVER: CoMASSolver, JUDGE: CoMASJudge}, judge_only, scored_by=JUDGE,
+                                  judges_see_history=False),
+    "without_scoring": Variant({SOLVER: CoMASSolver, EVALUATOR: CoMASVerdictEvaluator}, evaluate,
+                               verdict_by=EVALUATOR, reward="verdict_agreement"),
+}
+SEMANTICS = {"paper": Discussion, "released": Shuffled}  # whose draws and episode program (Discussion.program)
 
 
 def reward_source(cfg):
     """The variant's reward (Eq. 7-8 interaction scores — from the agents' scores, or a noisy judge's — or the
-    w/o-scoring verdict agreement) plus any ``reward.sources``."""
-    r = cfg.reward
-    own = {"name": "verdict_agreement"} if cfg.protocol.variant == "without_scoring" else JUDGES[r.judge](cfg)
+    variant's own, w/o scoring's verdict agreement) plus any ``reward.sources``."""
+    r, v = cfg.reward, VARIANTS[cfg.protocol.variant]
+    own = {"name": v.reward} if v.reward else JUDGES[r.judge](cfg)
     return build_sources([own, *r.sources], on_parse_failure=r.on_parse_failure)
 
 
@@ -220,7 +259,7 @@ def step_of(loop: Loop, step: int, tasks: list[Task], roles: dict, reward) -> tu
     """One discussion per task of the step's batch, the variant's reward, one REINFORCE++ update per agent
     (advantages whitened per agent, or per agent and role); App. G's precision/recall of the solution rewards."""
     p, r = loop.cfg.protocol, loop.cfg.reward
-    program = PROGRAMS[p.semantics](DISCUSSIONS[p.semantics](roles, loop.agents, p, f"{loop.cfg.seed}/{step}"))
+    program = SEMANTICS[p.semantics](roles, loop.agents, p, f"{loop.cfg.seed}/{step}").program()
     group_by = (lambda t: t.role) if r.normalise == "agent_role" else None
     return loop.run_step(step, [Phase("rollout", loop.batch(tasks, step), program, reward)],
                          [Update(group_by=group_by)], metrics=lambda eps: precision_recall(eps, r.correct_threshold))

@@ -2,7 +2,7 @@
 
 Every role has a kind (solver, evaluator, scorer, challenger, planner, critic, selector), reads a declared part of
 a typed :class:`Context`, and may parse using it. ``ROLES.get("comas.scorer")()`` or :func:`get_role` builds one;
-:func:`~selfevo.roles.comas.comas_roles` builds the roles of a CoMAS variant. Registered: ``comas.solver``,
+:func:`~selfevo.roles.comas.comas_roles` builds a CoMAS variant's roles. Registered: ``comas.solver``,
 ``comas.evaluator``, ``comas.scorer``, ``comas.judge`` (ablation w/o evaluation), ``comas.verdict_evaluator``
 (ablation w/o scoring), and the minimal ``generic.solver``, ``generic.challenger``, ``generic.planner``,
 ``generic.critic``, ``generic.selector``, AZR's ``azr.proposer``, ``azr.solver`` (:mod:`selfevo.roles.azr`), SAGE's

@@ -56,7 +56,7 @@ from selfevo.roles.parsers import parse_score
 from selfevo.types import Task
 
 __all__ = [
-    "DOMAINS", "DOMAIN_ALIASES", "TEMPLATE_SETS", "VARIANTS", "comas_domain",
+    "DOMAINS", "DOMAIN_ALIASES", "TEMPLATE_SETS", "comas_domain",
     "CoMASSolver", "CoMASEvaluator", "CoMASScorer", "CoMASJudge", "CoMASVerdictEvaluator", "comas_roles",
     "parse_score_result", "parse_verdict", "parse_verdict_result",
 ]
@@ -64,7 +64,6 @@ __all__ = [
 DOMAINS = ("math", "code", "science")
 DOMAIN_ALIASES = {"coding": "code", "numeric": "science"}  # the released data says "coding"
 TEMPLATE_SETS = ("paper", "released")
-VARIANTS = ("full", "without_evaluation", "without_scoring")
 
 
 def comas_domain(domain: str) -> str:
@@ -278,27 +277,15 @@ class CoMASVerdictEvaluator(CoMASEvaluator):
         return parse_verdict_result(text)
 
 
-_VARIANT_ROLES: dict[str, dict[str, type[_CoMASRole]]] = {
-    "full": {"solver": CoMASSolver, "evaluator": CoMASEvaluator, "scorer": CoMASScorer},
-    "without_evaluation": {"solver": CoMASSolver, "judge": CoMASJudge},
-    "without_scoring": {"solver": CoMASSolver, "evaluator": CoMASVerdictEvaluator},
-}
-
-
-def comas_roles(variant: str = "full", **options: Any) -> dict[str, _CoMASRole]:
-    """The roles of one CoMAS variant, keyed by step: full = solver/evaluator/scorer; ``without_evaluation`` =
-    solver/judge; ``without_scoring`` = solver/evaluator (a :class:`CoMASVerdictEvaluator`).
-
-    Each option goes to every role that has a field of that name (``kappa`` to solver and evaluator, ``see_history``
-    to the evaluator, ``template_set``/``sanitize``/... to all); an option no role has is an error.
-    """
-    if variant not in _VARIANT_ROLES:
-        raise ValueError(f"CoMAS variant must be one of {VARIANTS}, got {variant!r}")
-    classes = _VARIANT_ROLES[variant]
+def comas_roles(classes: dict[str, type[_CoMASRole]], **options: Any) -> dict[str, _CoMASRole]:
+    """One role of each class, keyed as ``classes`` (a CoMAS variant's labels, e.g. solver/evaluator/scorer: the
+    recipe's ``VARIANTS`` table). Each option goes to every role that has a field of that name (``kappa`` to solver
+    and evaluator, ``see_history`` to the evaluator, ``template_set``/``sanitize``/... to all); an option no role
+    has is an error."""
     known = {f.name for cls in classes.values() for f in dataclasses.fields(cls)}
     if unknown := sorted(set(options) - known):
-        raise TypeError(f"unknown option(s) for CoMAS variant {variant!r}: {', '.join(unknown)}")
-    return {step: cls(**_options_for(cls, options)) for step, cls in classes.items()}
+        raise TypeError(f"unknown option(s) for the CoMAS roles {', '.join(classes)}: {', '.join(unknown)}")
+    return {label: cls(**_options_for(cls, options)) for label, cls in classes.items()}
 
 
 def _options_for(cls: type, options: dict[str, Any]) -> dict[str, Any]:

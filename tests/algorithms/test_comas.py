@@ -11,6 +11,7 @@ from selfevo.algorithms import comas
 from selfevo.interaction import Episode, Runner
 from selfevo.loop import task_batch
 from selfevo.rewards import assign, build_sources
+from selfevo.roles.comas import CoMASVerdictEvaluator
 from selfevo.types import Completion, SamplingParams, Task
 
 
@@ -33,13 +34,13 @@ TASKS = [Task("t0", "math", "What is 1+1?", "2"), Task("t1", "math", "What is 2+
 def discussion(engine, variant="full", semantics="paper", on_parse_failure="mask", **proto):
     """(discussion, run): ``run(d, tasks)`` rolls out the protocol on the runner and assigns the variant's rewards."""
     cfg = comas.CoMASProtocolCfg(variant=variant, semantics=semantics, **proto)
-    d = comas.DISCUSSIONS[semantics](comas.make_roles(cfg), ["a0", "a1", "a2"], cfg, "0")
+    d = comas.SEMANTICS[semantics](comas.make_roles(cfg), ["a0", "a1", "a2"], cfg, "0")
     own = "verdict_agreement" if variant == "without_scoring" else "interaction_scores"
     source = build_sources([own], on_parse_failure=on_parse_failure)
 
     def run(d, tasks):
         eps = Runner(engine, SamplingParams(), "0").run([Episode(t, key=f"{i}:{t.id}") for i, t in enumerate(tasks)],
-                                                     comas.PROGRAMS[semantics](d))
+                                                     d.program())
         assign(eps, source(eps))
         return eps
 
@@ -248,6 +249,19 @@ def test_noisy_judge_replaces_the_scores_with_the_verifiers_verdict():
     assert model.rewards == [{0: 0.0, 1: 1.0, 2: 0.0}]  # the model scored the right answer 1
     assert judged.rewards == [{0: 1.0, 1: 0.0, 2: 0.0}]  # judge_accuracy 1: the verifier's verdict, score 3
     assert judged.metrics["judge_flip_rate"] == 0.0
+
+
+def test_each_variant_is_one_row_of_the_table():
+    """The variants are data (roles, judging phase, scores, verdicts, reward), read in one place each."""
+    for variant, v in comas.VARIANTS.items():
+        roles = comas.make_roles(comas.CoMASProtocolCfg(variant=variant, score_prefix="<score>", verdict_prefix="<v>",
+                                                        evaluators_see_history=False))
+        assert {k: type(r) for k, r in roles.items()} == v.roles
+        assert [k for k, r in roles.items() if r.prefix == "<score>"] == ([v.scored_by] if v.scored_by else [])
+        assert [k for k, r in roles.items() if r.prefix == "<v>"] == ([v.verdict_by] if v.verdict_by else [])
+        assert all(not getattr(r, "see_history", False) for r in roles.values())
+    assert set(comas.VARIANTS["without_evaluation"].roles) == {"solver", "judge"}
+    assert comas.VARIANTS["without_scoring"].roles["evaluator"] is CoMASVerdictEvaluator
 
 
 def test_noisy_judge_needs_scores(capsys):
