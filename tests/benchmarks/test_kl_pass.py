@@ -4,10 +4,13 @@ import math
 import sys
 import types
 
+import pytest
+
 from benchmarks import common
 from benchmarks import kl_pass as kp
 
 
+@pytest.mark.slow  # a benchmark script's test, four GRPO updates: not needed for a quick check
 def test_kl_pass_alternates_both_forms_and_writes_medians(monkeypatch, tmp_path):
     """The real update and scoring pass run on tiny-random, on a clock the test moves: each scoring pass takes 1 s,
     the updates 2, 3, 4, 5 s in turn. So `now` (update) takes 2 and 4 s, `old` (score, then update) 1 + 3 and

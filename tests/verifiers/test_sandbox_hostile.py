@@ -82,6 +82,7 @@ def test_infinite_loop_at_import():
     assert_contained(run("while True:\n    pass\n" + OK_F), "timed out")
 
 
+@pytest.mark.slow  # runs until the CPU limit (a quick check keeps the time-outs of the infinite loops)
 def test_uninterruptible_c_loop_hits_cpu_limit():
     start = time.monotonic()
     assert_contained(run("def f(x):\n    return sum(range(10 ** 14))\n"), "limit")
@@ -107,6 +108,7 @@ def test_kill_parent(guard):
     assert os.getpid() > 0  # still here
 
 
+@pytest.mark.slow  # waits for the thread's 3 s (a quick check keeps the time-outs of the infinite loops)
 def test_leftover_thread_is_not_left_behind():
     program = (f"import threading, time\ndef later():\n    time.sleep(3)\n    open({OUTSIDE!r}, 'w').write('x')\n"
                "threading.Thread(target=later).start()\n" + OK_F)
