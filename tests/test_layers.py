@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 from helpers.paths import ROOT
 
@@ -152,8 +151,6 @@ def test_the_checks_see_what_they_must():
 # ---- sizes: no package file over 500 lines, no function or method over 60 --------------------------------------
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 500, 60
 SIZE_EXEMPT = "verifiers/sandbox"  # sandbox.py and sandbox_child/: the sandbox's security code is left as it is
-# over the limit now and being split (issue 60); strict: the entry fails once the file is split, then goes
-OVER_UNTIL_SPLIT = {"engines/vllm_server.py"}  # 654 lines
 
 
 def sized_sources() -> dict[str, str]:
@@ -172,15 +169,8 @@ SOURCES = sized_sources()
 
 
 def test_no_package_file_over_500_lines():
-    over = {rel: len(text.splitlines()) for rel, text in SOURCES.items()
-            if len(text.splitlines()) > MAX_FILE_LINES and rel not in OVER_UNTIL_SPLIT}
+    over = {rel: len(text.splitlines()) for rel, text in SOURCES.items() if len(text.splitlines()) > MAX_FILE_LINES}
     assert not over, f"files over {MAX_FILE_LINES} lines: {over}"
-
-
-@pytest.mark.parametrize("rel", sorted(OVER_UNTIL_SPLIT))
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="being split (issue 60)")
-def test_file_being_split_is_under_500_lines(rel):
-    assert len(SOURCES.get(rel, "").splitlines()) <= MAX_FILE_LINES  # gone (made a package): split
 
 
 def test_no_function_over_60_lines():

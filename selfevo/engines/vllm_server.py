@@ -29,37 +29,30 @@ completion per request (its own adapter, seed and sampling settings), spread rou
 replicas and sent concurrently; the server batches them. Each completion comes back with its token ids and the
 sampled tokens' log-probs.
 
-Failures: a server selfevo started that dies (``kill -9``, out of memory) is noticed when a request or an adapter
-load to it fails and its process has exited; what is left of its process group is stopped, it is started again on a
-new port (one line on stderr), its adapters are loaded again as they are used, and the requests it lost are sent
-again with their seeds, so the step goes on (``engine.restarts`` times in a run; ``servers.json`` keeps the pids it
-had, ``previous_pids``). After that, on a server the user started, a timeout or a refused load: one
-:class:`EngineError` line (the training loop adds how to resume). The engine writes nothing outside its work dir,
-so a run's checkpoint is never touched by a failed step.
+Failures (the processes: :mod:`selfevo.engines.vllm_process`): a server selfevo started that dies (``kill -9``, out
+of memory) is noticed when a request or an adapter load to it fails and its process has exited; what is left of its
+process group is stopped, it is started again on a new port (one line on stderr), its adapters are loaded again as
+they are used, and the requests it lost are sent again with their seeds, so the step goes on (``engine.restarts``
+times in a run; ``servers.json`` keeps the pids it had, ``previous_pids``). After that, on a server the user
+started, a timeout or a refused load: one :class:`EngineError` line (the training loop adds how to resume). The
+engine writes nothing outside its work dir, so a run's checkpoint is never touched by a failed step.
 """
 from __future__ import annotations
 
-import atexit
-import ctypes
-import http.client
 import json
 import os
 import re
 import secrets
 import shlex
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Sequence
@@ -69,182 +62,25 @@ import torch
 from selfevo import models
 from selfevo.engines.base import ENGINES, EngineError, render_prompt, vllm_lora_rank
 from selfevo.engines.vllm import cpu_defaults, require_vllm
+from selfevo.engines.vllm_process import LIVE, HTTPStatus, Server, die_with_parent, free_port
 from selfevo.types import Completion, Request
 
 API_SERVER = (sys.executable, "-m", "vllm.entrypoints.openai.api_server")
 BASE_ADAPTER = "__base__"
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # talk to servers directly, never via a proxy
-_LIVE: dict[int, "_Server"] = {}  # servers this process started and has not stopped yet (stopped at exit)
-
-
-def _line(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass(eq=False)
 class _Job:
     """One request's way to a server: its index in the call, the server, the model name (and adapter folder)."""
     index: int
-    server: "_Server"
+    server: "Server"
     name: str
     path: Path | None
     prompt: list[int]
-
-
-class _HTTPStatus(Exception):
-    def __init__(self, code: int, message: str):
-        super().__init__(f"HTTP {code}: {message}")
-        self.code, self.message = code, message
-
-
-@dataclass(eq=False)
-class _Server:
-    url: str
-    backbone: str
-    base_name: str = ""  # the model name of the bare backbone on this server
-    proc: subprocess.Popen | None = None  # set when selfevo started it
-    log: Path | None = None
-    loaded: set[str] = field(default_factory=set)
-    previous_pids: list[int] = field(default_factory=list)  # processes it had before restarts (all stopped)
-
-    def describe(self) -> str:
-        return f"vLLM server {self.url}" + (f" ({self.backbone})" if self.backbone else "")
-
-    def exited(self, when: str = "") -> str | None:
-        """Why a server selfevo started is gone (exit code, last log line), or None while it runs."""
-        if self.proc is None or self.proc.poll() is None:
-            return None
-        last = ""
-        if self.log is not None and self.log.exists():
-            lines = [x for x in self.log.read_text(errors="replace").splitlines() if x.strip()]
-            last = f": {_line(lines[-1], 200)}" if lines else ""
-        code = self.proc.returncode
-        how = f"was killed{when} by {_signal_name(-code)}" if code < 0 else f"exited{when} with code {code}"
-        return f"{self.describe()} {how}{last} (log: {self.log})"
-
-    def call(self, method: str, path: str, body: dict | None, timeout: float) -> bytes:
-        """One HTTP exchange; a non-2xx answer is :class:`_HTTPStatus`, anything else that fails is EngineError."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with _OPENER.open(req, timeout=timeout) as resp:
-                return resp.read()
-        except urllib.error.HTTPError as exc:
-            raise _HTTPStatus(exc.code, _error_message(exc)) from None
-        except (TimeoutError, socket.timeout):
-            raise EngineError(f"{self.describe()} did not answer {path} within {timeout:g} s "
-                              f"(engine.request_timeout)") from None
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, (TimeoutError, socket.timeout)):
-                raise EngineError(f"{self.describe()} did not answer {path} within {timeout:g} s "
-                                  f"(engine.request_timeout)") from None
-            raise EngineError(self.unreachable(exc.reason)) from None
-        except (ConnectionError, http.client.HTTPException, OSError) as exc:
-            raise EngineError(self.unreachable(exc)) from None
-
-    def unreachable(self, reason) -> str:
-        return self.exited() or f"{self.describe()} is not reachable ({_line(reason, 120)}); is it running?"
-
-    def stop(self, grace: float = 30.0) -> None:
-        """Terminate the server's whole process group (it spawns engine workers); SIGKILL after ``grace`` s."""
-        _LIVE.pop(id(self), None)
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                proc.wait(wait_s)
-            except subprocess.TimeoutExpired:
-                continue
-            if sig == signal.SIGTERM:  # leader gone: make sure no worker of its group outlives it
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            break
-        _wait_group_gone(proc.pid)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def _wait_group_gone(pgid: int, timeout: float = 5.0) -> None:
-    """Wait (briefly) until the kernel has torn down every process of the group a SIGKILL was sent to; a busy
-    machine can take a moment. Zombies that nobody reaps are left (they hold no resources)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        members = [d for d in os.listdir("/proc") if d.isdigit() and _in_group(int(d), pgid)] \
-            if os.path.isdir("/proc") else []
-        if not members:
-            return
-        time.sleep(0.05)
-
-
-def _in_group(pid: int, pgid: int) -> bool:
-    """Whether a live (not zombie) process ``pid`` belongs to process group ``pgid``."""
-    try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return False
-    return fields[0] not in ("Z", "X") and int(fields[2]) == pgid
-
-
-def _error_message(exc: urllib.error.HTTPError) -> str:
-    try:
-        raw = exc.read().decode(errors="replace")
-    except Exception:  # noqa: BLE001 - the status alone still says enough
-        raw = ""
-    try:
-        body = json.loads(raw)
-        err = body.get("error") if isinstance(body, dict) else None
-        message = (err.get("message") if isinstance(err, dict) else err) or body.get("message") or body.get("detail")
-    except (ValueError, AttributeError):
-        message = raw
-    return _line(message or exc.reason or "", 200)
-
-
-@atexit.register
-def _stop_all() -> None:
-    for server in list(_LIVE.values()):
-        server.stop(grace=10.0)
-
-
-def _die_with_parent():
-    """A ``preexec_fn``: SIGTERM the server when the process that started it dies (Linux), even by SIGKILL."""
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
-        return None  # the signal fires when the starting *thread* ends: only safe from the main thread
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def run() -> None:
-        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before the line above
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return run
 
 
 def _cuda() -> bool:
@@ -286,7 +122,7 @@ class VLLMServerEngine:
         urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
         # servers the user started outlive runs: names get a per-engine tag so a new run never meets its old names
         self.tag = f"-{secrets.token_hex(3)}" if urls else ""
-        self.servers: dict[str, list[_Server]] = {}
+        self.servers: dict[str, list[Server]] = {}
         self.own_servers = not urls
         if urls:
             self._attach(urls)
@@ -322,10 +158,10 @@ class VLLMServerEngine:
                 raise EngineError(f"engine.url: '{u}' is not of the form http://host:port")
         found = []
         for u in urls:
-            server = _Server(u, "")
+            server = Server(u, "")
             try:
                 models = json.loads(server.call("GET", "/v1/models", None, self.request_timeout))["data"]
-            except _HTTPStatus as exc:
+            except HTTPStatus as exc:
                 raise EngineError(f"vLLM server {u} answered /v1/models with {exc}") from None
             except (ValueError, KeyError, TypeError):
                 raise EngineError(f"vLLM server {u}: /v1/models is not an OpenAI model list") from None
@@ -377,7 +213,7 @@ class VLLMServerEngine:
         try:
             for backbone in self.store.backbones:
                 for i in range(replicas):
-                    server = _Server("", backbone, backbone, log=self.workdir / f"server-{_slug(backbone)}-{i}.log")
+                    server = Server("", backbone, backbone, log=self.workdir / f"server-{_slug(backbone)}-{i}.log")
                     self.servers.setdefault(backbone, []).append(server)
                     self._spawn(server)
             self._write_servers()
@@ -396,7 +232,7 @@ class VLLMServerEngine:
                 "--dtype", s["dtype"], "--max-model-len", str(s["max_model_len"]), "--seed", str(s["seed"]),
                 "--disable-log-stats", "--disable-uvicorn-access-log", *_optional_flags(s), *self._launch["extra"]]
 
-    def _spawn(self, server: _Server, restart: bool = False) -> None:
+    def _spawn(self, server: Server, restart: bool = False) -> None:
         """Start ``server``'s process in its own process group on a free loopback port, its output into its log
         (appended to on a restart); it has no adapter loaded yet."""
         port = free_port()
@@ -406,12 +242,12 @@ class VLLMServerEngine:
             out.flush()
             server.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                            env=self._launch["env"], start_new_session=True,
-                                           preexec_fn=_die_with_parent())
+                                           preexec_fn=die_with_parent())
         server.url = f"http://127.0.0.1:{port}"
         server.loaded.clear()
-        _LIVE[id(server)] = server
+        LIVE[id(server)] = server
 
-    def _died(self, server: _Server) -> bool:
+    def _died(self, server: Server) -> bool:
         """Whether ``server`` is one selfevo started and its process has exited (a process just killed gets a
         moment to be reaped)."""
         if server.proc is None:
@@ -422,7 +258,7 @@ class VLLMServerEngine:
             return False
         return True
 
-    def _restart(self, server: _Server) -> None:
+    def _restart(self, server: Server) -> None:
         """Start a dead server again (the rest of its process group stopped first; adapters load again on use), one
         line on stderr saying so; an :class:`EngineError` once ``engine.restarts`` are used up."""
         why, pid = server.exited(), server.proc.pid
@@ -437,7 +273,7 @@ class VLLMServerEngine:
         self._write_servers()
         self._wait_healthy(server, time.monotonic() + self.startup_timeout, self.startup_timeout)
 
-    def _on(self, server: _Server, exchange):
+    def _on(self, server: Server, exchange):
         """``exchange()`` with ``server``; if it fails because ``server`` (one selfevo started) died, the server is
         started again and ``exchange()`` runs once more."""
         try:
@@ -448,7 +284,7 @@ class VLLMServerEngine:
         self._restart(server)
         return exchange()
 
-    def _wait_healthy(self, server: _Server, deadline: float, timeout: float) -> None:
+    def _wait_healthy(self, server: Server, deadline: float, timeout: float) -> None:
         while True:
             gone = server.exited(" while starting")
             if gone:
@@ -456,7 +292,7 @@ class VLLMServerEngine:
             try:
                 server.call("GET", "/health", None, 5.0)
                 return
-            except (EngineError, _HTTPStatus):
+            except (EngineError, HTTPStatus):
                 pass
             if time.monotonic() > deadline:
                 raise EngineError(f"{server.describe()} was not healthy within {timeout:g} s "
@@ -468,7 +304,7 @@ class VLLMServerEngine:
                  "previous_pids": s.previous_pids, "log": str(s.log) if s.log else None} for s in self._all()]
         (self.workdir / "servers.json").write_text(json.dumps(rows, indent=1) + "\n")
 
-    def _all(self) -> list[_Server]:
+    def _all(self) -> list[Server]:
         return [s for group in self.servers.values() for s in group]
 
     def _stop_servers(self) -> None:
@@ -500,12 +336,12 @@ class VLLMServerEngine:
             shutil.rmtree(path, ignore_errors=True)
             del self.retired[name]
 
-    def _unload(self, server: _Server, name: str) -> None:
+    def _unload(self, server: Server, name: str) -> None:
         if name not in server.loaded:
             return
         try:
             server.call("POST", "/v1/unload_lora_adapter", {"lora_name": name}, self.request_timeout)
-        except _HTTPStatus as exc:
+        except HTTPStatus as exc:
             if exc.code != 404:  # already gone is fine
                 raise EngineError(f"{server.describe()} refused to unload adapter '{name}' ({exc})") from None
         server.loaded.discard(name)
@@ -518,13 +354,13 @@ class VLLMServerEngine:
                 agent, self.workdir / "adapters" / f"{BASE_ADAPTER}-{_slug(backbone)}{self.tag}", zero=True).resolve()
         return f"{BASE_ADAPTER}{self.tag}", self.zero[backbone]
 
-    def _ensure_loaded(self, server: _Server, name: str, path: Path) -> None:
+    def _ensure_loaded(self, server: Server, name: str, path: Path) -> None:
         if name in server.loaded:
             return
         try:
             server.call("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)},
                         self.request_timeout)
-        except _HTTPStatus as exc:
+        except HTTPStatus as exc:
             hint = ("; start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora"
                     if exc.code in (404, 405) and "adapter" not in exc.message.lower() else "")
             raise EngineError(f"{server.describe()} refused to load adapter '{name}' ({exc}){hint}") from None
@@ -604,7 +440,7 @@ class VLLMServerEngine:
                 raise exc
         return lost
 
-    def _complete(self, server: _Server, name: str, r: Request, prompt: list[int]) -> Completion:
+    def _complete(self, server: Server, name: str, r: Request, prompt: list[int]) -> Completion:
         try:
             s = r.sampling
             body = {"model": name, "prompt": prompt, "max_tokens": s.max_new_tokens, "temperature": s.temperature,
@@ -614,7 +450,7 @@ class VLLMServerEngine:
                 body["seed"] = r.seed
             try:
                 raw = server.call("POST", "/v1/completions", body, self.request_timeout)
-            except _HTTPStatus as exc:
+            except HTTPStatus as exc:
                 raise EngineError(f"{server.describe()} refused a completion for '{name}' ({exc})") from None
             return self._completion(server, r, prompt, raw)
         finally:
@@ -622,7 +458,7 @@ class VLLMServerEngine:
                 self.inflight[name] -= 1
 
     @staticmethod
-    def _completion(server: _Server, r: Request, prompt: list[int], raw: bytes) -> Completion:
+    def _completion(server: Server, r: Request, prompt: list[int], raw: bytes) -> Completion:
         try:
             choice = json.loads(raw)["choices"][0]
             ids = [int(t) for t in choice["token_ids"]]
@@ -645,7 +481,7 @@ class VLLMServerEngine:
                 for name in [n for n in names if n in server.loaded]:
                     try:
                         server.call("POST", "/v1/unload_lora_adapter", {"lora_name": name}, 10.0)
-                    except (EngineError, _HTTPStatus):
+                    except (EngineError, HTTPStatus):
                         pass
                 server.loaded.clear()
         self.served.clear()

@@ -265,12 +265,12 @@ def test_a_server_that_dies_at_start_or_never_gets_healthy_is_one_line(make_stor
 
 
 def test_the_exit_hook_stops_servers_left_open(make_store, tmp_path):
-    from selfevo.engines import vllm_server
+    from selfevo.engines import vllm_process
 
     engine = started(make_store(), tmp_path, startup_timeout=60)
     pids = [s.proc.pid for s in engine._all()]
-    vllm_server._stop_all()  # what atexit runs
-    assert not any(_pid_alive(p) for p in pids) and vllm_server._LIVE == {}
+    vllm_process.stop_all()  # what atexit runs
+    assert not any(_pid_alive(p) for p in pids) and vllm_process.LIVE == {}
     engine.close()  # and close() after it is harmless
 
 
@@ -325,7 +325,7 @@ def test_started_servers_die_with_the_process_that_started_them(tmp_path, how):
 
 # ---- through the command line: a failed step leaves the checkpoint as it was ------------------------------------
 def _comas(out, fake, *extra):
-    return cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "agents=2",
+    return cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "n_agents=2",
                      "trainer.tasks_per_step=2", "sampling.max_new_tokens=6", "data.n_math=8", "data.n_code=2",
                      "data.n_science=2", "engine.name=vllm_server", f"engine.url={fake.url}", f"output_dir={out}",
                      "data.tasks=[]", "eval.at_start=false", "eval.every=0", *extra])
