@@ -85,7 +85,7 @@ def calibrate(cfg, grid: Grid) -> Calibration:
     store.settings = dataclasses.replace(store.settings, lr=t.lr, micro_batch=t.micro_batch,
                                          max_grad_norm=t.max_grad_norm, betas=(t.adam_beta1, t.adam_beta2),
                                          weight_decay=t.weight_decay, optim_state_dtype=t.optim_state_dtype)
-    agents = int(cfg.get("agents", 1) or 1)
+    agents = int(cfg.get("n_agents", 1) or 1)
     build.add_agents(store, [f"agent{i}" for i in range(agents)], list(cfg.model.backbones))
     engine = build_engine(cfg.engine, store, cfg.model.dtype)
     prefill, decode = rollout_tables(engine, grid, cfg.sampling.max_new_tokens)

@@ -5,7 +5,7 @@ task answered ``trainer.prompt_reuse`` times per step, advantages normalised wit
 the loop kit's default optimizer, REINFORCE++.
 
     python examples/compose_rewards.py --steps 1 --output runs/compose      # embedded model, GSM8K, 4 tasks x 4
-    python examples/compose_rewards.py --steps 20 --output runs/compose agents=2 --rewards verifier:1 format:0.5
+    python examples/compose_rewards.py --steps 20 --output runs/compose n_agents=2 --rewards verifier:1 format:0.5
 
 Extra ``key=value`` arguments are the loop kit's config keys (``selfevo run comas --help`` lists the common ones);
 ``--rewards`` (last on the line) takes any registered sources as name:weight (``selfevo ls`` lists them).
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rewards", nargs="+", default=["verifier:0.8", "format:0.2"], help="source:weight ...")
     parser.add_argument("overrides", nargs="*", help="config key=value")
     args = parser.parse_args(argv)
-    defaults = ["agents=1", "trainer.tasks_per_step=4", "trainer.prompt_reuse=4", "trainer.optimizer=grpo",
+    defaults = ["n_agents=1", "trainer.tasks_per_step=4", "trainer.prompt_reuse=4", "trainer.optimizer=grpo",
                 "trainer.lr=5e-5", "sampling.max_new_tokens=512", "sampling.temperature=0.7"]
     cfg = load_config(RunCfg, "compose_rewards", None, [*defaults, "recipe=compose_rewards",
                                                         f"trainer.max_steps={args.steps}", f"output_dir={args.output}",

@@ -2,7 +2,7 @@
 answer again; a verifier rewards the final answers; every agent trains with REINFORCE++.
 
     python examples/maporl_debate.py --steps 1 --output runs/debate           # embedded model, 2 agents, GSM8K
-    python examples/maporl_debate.py --steps 20 --output runs/debate agents=3 trainer.tasks_per_step=8
+    python examples/maporl_debate.py --steps 20 --output runs/debate n_agents=3 trainer.tasks_per_step=8
 
 Extra ``key=value`` arguments are the loop kit's config keys (``selfevo run comas --help`` lists the common ones:
 agents, model.*, sampling.*, trainer.*, data.tasks, eval.*). The run directory gets what every recipe's gets:
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=2, help="debate rounds (MAPoRL: 2-3)")
     parser.add_argument("overrides", nargs="*", help="config key=value")
     args = parser.parse_args(argv)
-    defaults = ["agents=2", "trainer.tasks_per_step=4", "trainer.lr=5e-5", "sampling.max_new_tokens=128",
+    defaults = ["n_agents=2", "trainer.tasks_per_step=4", "trainer.lr=5e-5", "sampling.max_new_tokens=128",
                 "sampling.temperature=1.0"]
     cfg = load_config(RunCfg, "maporl_debate", None, [*defaults, "recipe=maporl_debate",
                                                       f"trainer.max_steps={args.steps}", f"output_dir={args.output}",

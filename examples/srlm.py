@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     defaults = ["trainer.tasks_per_step=4", "trainer.lr=5e-5", "sampling.max_new_tokens=256",
                 "sampling.temperature=0.7", "sampling.top_p=0.9"]  # SRLM's sampling, of answers and judgements
     cfg = load_config(RunCfg, "srlm", None, [*defaults, "recipe=srlm", f"trainer.max_steps={args.steps}",
-                                             f"output_dir={args.output}", *args.overrides, "agents=1"])
+                                             f"output_dir={args.output}", *args.overrides, "n_agents=1"])
     with Loop(cfg, agents=["default"]) as loop:  # TRL's DPOTrainer copies the adapter named "default" as its reference
         tasks = loop.tasks(default=lambda: load_entries(["gsm8k:train"], limit=500))
         program = self_judged(get_role("generic.solver"), "default", args.samples, args.judges)

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=8, help="answers (votes) per question (TTRL: 64)")
     parser.add_argument("overrides", nargs="*", help="config key=value")
     args = parser.parse_args(argv)
-    defaults = ["agents=1", "trainer.tasks_per_step=4", "trainer.optimizer=grpo", "trainer.lr=5e-5",
+    defaults = ["n_agents=1", "trainer.tasks_per_step=4", "trainer.optimizer=grpo", "trainer.lr=5e-5",
                 "sampling.max_new_tokens=512", "sampling.temperature=0.7"]
     cfg = load_config(RunCfg, "ttrl", None, [*defaults, "recipe=ttrl", f"trainer.max_steps={args.steps}",
                                              f"output_dir={args.output}", *args.overrides])

@@ -31,7 +31,7 @@ examples:
   selfevo run comas
   selfevo run comas trainer.max_steps=2 output_dir=runs/c1
   selfevo eval benchmark=gsm8k setup=debate limit=50 output_dir=runs/eval
-  selfevo run demo agents=8 engine.name=vllm sampling.max_new_tokens=64
+  selfevo run demo n_agents=8 engine.name=vllm sampling.max_new_tokens=64
 """
 
 

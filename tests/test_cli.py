@@ -11,7 +11,7 @@ from selfevo.algorithms import demo
 def test_cli_errors_are_one_line(capsys):
     assert cli.main(["run", "demo", "agent=3"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "did you mean 'agents'" in err
+    assert err.count("\n") == 0 and "did you mean 'n_agents'" in err
     assert cli.main(["frobnicate"]) == 2
     assert cli.main(["--help"]) == 0
     assert cli.main(["ls"]) == 0
@@ -25,20 +25,20 @@ def test_cli_errors_are_one_line(capsys):
 
 def test_cli_runs_demo_end_to_end(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = cli.main(["run", "demo", "agents=3", "model.backbones=[tiny-random]", "sampling.max_new_tokens=5",
+    rc = cli.main(["run", "demo", "n_agents=3", "model.backbones=[tiny-random]", "sampling.max_new_tokens=5",
                    f"output_dir={out}"])
     assert rc == 0
     lines = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
     assert len(lines) == 6 and {x["agent"] for x in lines} == {"agent0", "agent1", "agent2"}
-    assert "agents: 3" in (out / "config.yaml").read_text()
+    assert "n_agents: 3" in (out / "config.yaml").read_text()
 
 
 def test_run_options_and_overrides_mix_in_any_order(tmp_path, capsys):
     out = tmp_path / "never"
-    argv = ["run", "demo", "--preset", "cpu", "agents=2", "--dry-run", f"output_dir={out}", "model.backbones=a,b"]
+    argv = ["run", "demo", "--preset", "cpu", "n_agents=2", "--dry-run", f"output_dir={out}", "model.backbones=a,b"]
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
-    assert "agents: 2" in printed and "- a\n  - b" in printed and not out.exists()
+    assert "n_agents: 2" in printed and "- a\n  - b" in printed and not out.exists()
 
 
 def test_dry_run_loads_and_writes_nothing(tmp_path, monkeypatch, capsys):
@@ -55,11 +55,12 @@ def test_dry_run_loads_and_writes_nothing(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["run", "demo", "agents=0"], "agents must be >= 1, got 0"),
+    (["run", "demo", "n_agents=0"], "n_agents must be >= 1, got 0"),
     (["run", "demo", "sampling.temperature=-1"], "sampling.temperature must be >= 0, got -1.0"),
     (["run", "demo", "model.backbones=[]"], "model.backbones must not be empty"),
     (["run", "demo", "engine.name=vlm"], "; got 'vlm' (did you mean 'vllm'?)"),  # the engine list grows
-    (["run", "demo", "agents=1", "model.backbones=[a,b]"], "agents must be >= 2"),
+    (["run", "demo", "n_agents=1", "model.backbones=[a,b]"], "n_agents must be >= 2"),
+    (["run", "comas", "agents=2"], "config key 'agents' in the command line was renamed to 'n_agents'"),
     (["run", "comas", "protocol.variant=nonsense"], "protocol.variant must be one of full, without_evaluation, "
                                                     "without_scoring; got 'nonsense'"),
     (["run", "comas", "trainer.max_steps=-1"], "trainer.max_steps must be >= 1, got -1"),

@@ -138,9 +138,10 @@ def test_every_preset_validates(recipe, preset):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("agent=3", "did you mean 'agents'"),
+    ("agent=3", "did you mean 'n_agents'"),
     ("model.lora.rr=3", "did you mean 'model.lora.r'"),
-    ("agents=abc", "agents must be an integer, got 'abc'"),
+    ("n_agents=abc", "n_agents must be an integer, got 'abc'"),
+    ("agents=2", "config key 'agents' in the command line was renamed to 'n_agents'"),
     ("agents", "not of the form key=value"),
 ])
 def test_config_errors(override, message):
@@ -149,8 +150,8 @@ def test_config_errors(override, message):
 
 
 def test_config_preset_and_overrides_merge():
-    cfg = load_config(demo.DemoCfg, "demo", "cpu", ["agents=2", "model.lora.r=8", "model.backbones=[a,b]"])
-    assert cfg.agents == 2 and cfg.model.lora.r == 8 and list(cfg.model.backbones) == ["a", "b"]
+    cfg = load_config(demo.DemoCfg, "demo", "cpu", ["n_agents=2", "model.lora.r=8", "model.backbones=[a,b]"])
+    assert cfg.n_agents == 2 and cfg.model.lora.r == 8 and list(cfg.model.backbones) == ["a", "b"]
     assert cfg.sampling.max_new_tokens == 96  # from the preset file
 
 
@@ -188,3 +189,13 @@ def test_renamed_key():
     assert renamed_key("a.b", {"a.b": "x.y"}) == "x.y"
     assert renamed_key("a.bc", {"a.b": "x"}) is None
     assert renamed_key("agents") == "n_agents"
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_a_preset_with_the_old_agents_key_names_the_new_one(recipe, tmp_path):
+    """Every recipe's config (a RunCfg, or the demo's own) refuses ``agents:`` with the key that replaced it."""
+    path = tmp_path / "old.yaml"
+    path.write_text("agents: 2\n")
+    schema = RECIPES.get(recipe).config_class()
+    with pytest.raises(ConfigError, match=f"^config key 'agents' in {path} was renamed to 'n_agents'$"):
+        load_config(schema, recipe, str(path), [])

@@ -143,7 +143,7 @@ def test_store_step_and_score_split_over_two_ranks_equal_one_process(tmp_path, o
 
 
 # ---- the recipe under torchrun -----------------------------------------------------------------------------------
-COMAS = ["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "agents=3", "engine.name=golden",
+COMAS = ["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "n_agents=3", "engine.name=golden",
          "trainer.tasks_per_step=4", "trainer.lr=1e-4", "trainer.micro_batch=2", "trainer.kl_coef=0.05",
          "trainer.train_batch=5", "trainer.epochs=2", "trainer.save_adapters_every=1", "protocol.rounds=2",
          "protocol.score_prefix=<score>", "data.n_math=4", "data.n_code=2", "data.n_science=2", "seed=2",

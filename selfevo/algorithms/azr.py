@@ -73,7 +73,7 @@ class AZRProtocolCfg:
 class AZRCfg(RunCfg):
     recipe: str = opt("azr", "the recipe", choices=("azr",))
     output_dir: str = opt("runs/azr", "run directory", nonempty=True)
-    agents: int = opt(1, "must be 1: AZR's proposer and solver are one model (one adapter)", ge=1, le=1)
+    n_agents: int = opt(1, "must be 1: AZR's proposer and solver are one model (one adapter)", ge=1, le=1)
     trainer: TrainerCfg = opt(TrainerCfg(optimizer="task_relative", tasks_per_step=4),
                               "schedule and updates (tasks_per_step: B per kind and role)")
     protocol: AZRProtocolCfg = opt(AZRProtocolCfg, "AZR's task kinds, K, n, validation and penalties")

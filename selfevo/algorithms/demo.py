@@ -1,7 +1,7 @@
 """Multi-agent generation demo: several agents, each with its own LoRA adapter, answer questions in one batch.
 
     selfevo run demo                                  # preset cpu: 4 agents on the embedded SmolLM2-135M
-    selfevo run demo agents=8 engine.name=vllm        # the same through vLLM multi-LoRA
+    selfevo run demo n_agents=8 engine.name=vllm        # the same through vLLM multi-LoRA
     selfevo run demo model.backbones=[smollm2-135m-instruct,gemma3-270m]   # heterogeneous agents
 
 Fresh LoRA adapters start as the identity (B = 0), so agents differ through their seeds until they are trained;
@@ -28,7 +28,7 @@ class DemoCfg:
     recipe: str = opt("demo", "recipe name (recorded in config.yaml)", choices=("demo",))
     seed: int = opt(0, "seed of the RNGs; request i uses seed + i", ge=0)
     output_dir: str = opt("runs/demo", "run directory: config.yaml, transcripts.jsonl, summary.json", nonempty=True)
-    agents: int = opt(4, "number of agents, one LoRA adapter each", ge=1)
+    n_agents: int = opt(4, "number of agents, one LoRA adapter each", ge=1)
     adapter_init_std: float = opt(0.0, "std of random adapter B matrices; 0 = identity adapters", ge=0)
     model: ModelCfg = opt(ModelCfg, "the backbones and their LoRA settings")
     engine: EngineCfg = opt(EngineCfg, "the generation engine")
@@ -41,9 +41,9 @@ class DemoCfg:
     @staticmethod
     def check(cfg) -> None:
         """Cross-field rules: every backbone is used by some agent; vLLM responses fit the model length."""
-        if len(cfg.model.backbones) > cfg.agents:
-            raise ConfigError(f"model.backbones lists {len(cfg.model.backbones)} models but agents={cfg.agents}; "
-                              f"agent i uses backbones[i % n], so agents must be >= {len(cfg.model.backbones)}")
+        if len(cfg.model.backbones) > cfg.n_agents:
+            raise ConfigError(f"model.backbones lists {len(cfg.model.backbones)} models but n_agents={cfg.n_agents}; "
+                              f"agent i uses backbones[i % n], so n_agents must be >= {len(cfg.model.backbones)}")
         check_sampling_fits_engine(cfg)
 
 
@@ -60,7 +60,7 @@ def main(cfg) -> dict:
     build.seed_everything(cfg.seed)
     save_config(cfg, cfg.output_dir)
     store = build.policy_store(cfg.model)
-    names = [f"agent{i}" for i in range(cfg.agents)]
+    names = [f"agent{i}" for i in range(cfg.n_agents)]
     build.add_agents(store, names, list(cfg.model.backbones))
     if cfg.adapter_init_std > 0:
         perturb_adapters(store, cfg.adapter_init_std)

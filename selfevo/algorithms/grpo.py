@@ -34,7 +34,7 @@ class GRPORewardCfg:
 class GRPOCfg(RunCfg):
     recipe: str = opt("grpo", "the recipe", choices=("grpo",))
     output_dir: str = opt("runs/grpo", "run directory", nonempty=True)
-    agents: int = opt(1, "number of agents (each answers every task; one adapter each)", ge=1)
+    n_agents: int = opt(1, "number of agents (each answers every task; one adapter each)", ge=1)
     trainer: TrainerCfg = opt(TrainerCfg(optimizer="grpo", prompt_reuse=4, kl_in_reward=False, kl_estimator="k3"),
                               "schedule, optimizer, update (KL: DeepSeekMath's k3 loss term)")
     reward: GRPORewardCfg = opt(GRPORewardCfg, "what scores an answer")

@@ -83,7 +83,7 @@ class MAEProtocolCfg:
 class MAECfg(RunCfg):
     recipe: str = opt("mae", "the recipe", choices=("mae",))
     output_dir: str = opt("runs/mae", "run directory", nonempty=True)
-    agents: int = opt(1, "must be 1: MAE's agents are roles of one backbone and one shared adapter", ge=1, le=1)
+    n_agents: int = opt(1, "must be 1: MAE's agents are roles of one backbone and one shared adapter", ge=1, le=1)
     sampling: SamplingCfg = opt(SamplingCfg(max_new_tokens=256, temperature=1.0), "sampling (mae.sh: 1.0)")
     trainer: TrainerCfg = opt(TrainerCfg(optimizer="task_relative", tasks_per_step=8), "schedule and updates")
     protocol: MAEProtocolCfg = opt(MAEProtocolCfg, "MAE's phases, reward weights and switches")

@@ -78,7 +78,7 @@ class MaestroDataCfg(DataCfg):
 class MaestroCfg(RunCfg):
     recipe: str = opt("maestro", "the recipe", choices=("maestro",))
     output_dir: str = opt("runs/maestro", "run directory", nonempty=True)
-    agents: int = opt(3, "N: execution agents (the central agent is one more)", ge=1)
+    n_agents: int = opt(3, "N: execution agents (the central agent is one more)", ge=1)
     sampling: SamplingCfg = opt(SamplingCfg(max_new_tokens=512, temperature=0.7, top_p=0.95),
                                 "sampling of execution agents (App. C.1: 0.7, top-p 0.95, 512 tokens)")
     trainer: TrainerCfg = opt(TrainerCfg(optimizer="clpo", tasks_per_step=8, lr=5e-5, kl_coef=0.1,
@@ -245,7 +245,7 @@ def reward_source(cfg):
 
 
 def main(cfg) -> None:
-    n, d = cfg.agents, cfg.data
+    n, d = cfg.n_agents, cfg.data
     executors = [f"exec{i}" for i in range(n)] if cfg.protocol.train_executors else [None] * n
     options = {"clpo": cfg.clpo} if cfg.trainer.optimizer == "clpo" else None
     with Loop(cfg, agents=["central", *[a for a in executors if a]], optimizer_options=options) as loop:

@@ -90,7 +90,7 @@ class SageDataCfg(DataCfg):
 class SageCfg(RunCfg):
     recipe: str = opt("sage", "the recipe", choices=("sage",))
     output_dir: str = opt("runs/sage", "run directory", nonempty=True)
-    agents: int = opt(1, "must be 1: SAGE's agents are roles of one backbone (protocol.per_role_adapters)", ge=1,
+    n_agents: int = opt(1, "must be 1: SAGE's agents are roles of one backbone (protocol.per_role_adapters)", ge=1,
                       le=1)
     sampling: SamplingCfg = opt(SamplingCfg(max_new_tokens=256, temperature=0.6), "sampling (Table 4: 0.6)")
     trainer: TrainerCfg = opt(TrainerCfg(optimizer="task_relative", tasks_per_step=8), "schedule and updates")

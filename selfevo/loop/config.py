@@ -1,4 +1,4 @@
-"""Config sections every recipe shares: the run (seed, output dir, resume, agents, model, engine, sampling), the
+"""Config sections every recipe shares: the run (seed, output dir, resume, n_agents, model, engine, sampling), the
 trainer (schedule, optimizer, learning rate: :class:`~selfevo.optimizers.trainer.TrainerCfg`, declared beside the
 optimizers that read it), the data (``data.tasks``) and periodic held-out evaluation.
 
@@ -47,7 +47,7 @@ class RunCfg:
     seed: int = opt(0, "seed of everything: adapters, data order, request seeds", ge=0)
     output_dir: str = opt("runs/run", "run directory: config, logs, checkpoint, adapters", nonempty=True)
     resume: bool = opt(False, "continue the run in output_dir from its checkpoint")
-    agents: int = opt(4, "number of agents (one LoRA adapter each)", ge=1)
+    n_agents: int = opt(4, "number of agents (one LoRA adapter each)", ge=1)
     model: ModelCfg = opt(ModelCfg, "backbones (agent i uses backbones[i % n]), dtype, LoRA settings")
     engine: EngineCfg = opt(EngineCfg, "the generation engine")
     sampling: SamplingCfg = opt(SamplingCfg, "sampling of every generation (a role may override)")

@@ -54,7 +54,7 @@ class Loop:
         distributed.init()  # launched by torchrun: join the process group (a no-op in a single process)
         self.main = distributed.is_main()
         build.seed_everything(cfg.seed)
-        self.agents = agents or [f"agent{i}" for i in range(cfg.agents)]
+        self.agents = agents or [f"agent{i}" for i in range(cfg.n_agents)]
         self.store = self._agents_store()
         self.run_dir = RunDir(cfg, self.main)
         self.first_step, self.state = self.run_dir.resume(self.store)

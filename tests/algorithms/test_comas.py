@@ -165,7 +165,7 @@ def test_task_batch_is_a_pure_function_of_the_step():
 
 
 def _run(out, *extra):
-    return cli.main(["run", "comas", "model.backbones=[tiny-random]", "agents=2", "trainer.tasks_per_step=2",
+    return cli.main(["run", "comas", "model.backbones=[tiny-random]", "n_agents=2", "trainer.tasks_per_step=2",
                      "sampling.max_new_tokens=6", "data.n_math=8", "data.n_code=2", "data.n_science=2",
                      "model.dtype=float32", f"output_dir={out}", *extra])
 

@@ -45,7 +45,7 @@ def _record(run: Path) -> dict:
 def test_one_comas_step_is_pinned(tmp_path):
     run = tmp_path / "run"
     rc = cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "model.device=cpu",
-                   "agents=3",
+                   "n_agents=3",
                    "engine.name=golden", "trainer.max_steps=1", "trainer.tasks_per_step=3", "trainer.lr=1e-2",
                    "trainer.micro_batch=4", "protocol.rounds=2", "protocol.score_prefix=<score>",
                    "data.n_math=4", "data.n_code=2", "data.n_science=2", "seed=2", f"output_dir={run}",

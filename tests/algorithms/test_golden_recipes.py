@@ -84,7 +84,7 @@ def test_one_sage_step_is_pinned(tmp_path):
 
 def _maestro_step(tmp_path: Path, run: Path, *overrides: str) -> int:
     return cli.main(["run", "maestro", "model.backbones=[tiny-random]", "model.dtype=float32", "model.device=cpu",
-                     "engine.name=maestro_script", "agents=2", "trainer.tasks_per_step=3", "protocol.central_samples=3",
+                     "engine.name=maestro_script", "n_agents=2", "trainer.tasks_per_step=3", "protocol.central_samples=3",
                      "protocol.k=2", "protocol.rounds=2", "protocol.train_executors=true", "trainer.lr=1e-2",
                      "trainer.max_steps=1", "seed=3", f"data.tasks=[{_math_file(tmp_path, 'q', 2)}]",
                      f"output_dir={run}", *overrides])

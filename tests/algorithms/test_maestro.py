@@ -222,7 +222,7 @@ def test_baseline_trainers_run(tmp_path, optimizer):
 @pytest.mark.slow
 def test_trainable_executors_and_ablation_config(tmp_path, capsys):
     out = tmp_path / "run"
-    assert cli.main(args(tmp_path, out, "trainer.max_steps=1", "protocol.train_executors=true", "agents=2",
+    assert cli.main(args(tmp_path, out, "trainer.max_steps=1", "protocol.train_executors=true", "n_agents=2",
                          "protocol.k=2", "protocol.rounds=1")) == 0
     [m] = lines(out / "metrics.jsonl")
     assert set(m["train"]) == {"central", "exec0", "exec1"} and "executor_accuracy" in m

@@ -56,7 +56,7 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, message, capsys):
 
 TINY = ["--tasks", "1", "--steps", "1", "--repeats", "1", "--no-micro", "--prefill-rows", "1,2",
         "--prefill-widths", "16,64", "--decode-rows", "1,2", "--decode-keys", "32,64", "--decode-steps", "2",
-        "--train-widths", "16,64", "model.backbones=[tiny-random]", "agents=2", "trainer.tasks_per_step=1",
+        "--train-widths", "16,64", "model.backbones=[tiny-random]", "n_agents=2", "trainer.tasks_per_step=1",
         "sampling.max_new_tokens=4", "protocol.rounds=1", "protocol.score_max_new_tokens=2", "data.tasks=[arith:train]",
         "data.limit=10", "trainer.kl_coef=0.01", "trainer.kl_in_reward=false"]
 # the KL as a loss term: the tiny random model's rewards are all alike (advantage 0), so without a loss term the update

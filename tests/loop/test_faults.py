@@ -92,7 +92,7 @@ def wait_for(condition, timeout: float, what: str, proc: subprocess.Popen | None
 
 
 # ---- a vLLM server killed mid-step ----------------------------------------------------------------------------------
-COMAS = ["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "agents=2",
+COMAS = ["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "n_agents=2",
          "trainer.tasks_per_step=2", "sampling.max_new_tokens=6", "data.n_math=8", "data.n_code=2", "data.n_science=2",
          "log.tensorboard=false", "data.tasks=[]", "eval.at_start=false", "eval.every=0"]  # the CoMAS mix, no evaluation
 PER_STEP = 12  # completions a step of COMAS asks for (2 tasks × 2 agents × (solution, evaluation, score))
@@ -192,7 +192,7 @@ def test_a_server_killed_between_calls_is_started_again_until_the_restarts_are_u
 
 # ---- a rank killed mid-step ------------------------------------------------------------------------------------------
 TORCHRUN = Path(sys.executable).parent / "torchrun"
-DP = ["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "agents=2", "trainer.tasks_per_step=2",
+DP = ["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "n_agents=2", "trainer.tasks_per_step=2",
       "sampling.max_new_tokens=16", "data.n_math=8", "data.n_code=2", "data.n_science=2", "log.tensorboard=false",
       "trainer.max_steps=3", "data.tasks=[]", "eval.at_start=false", "eval.every=0"]
 

@@ -186,7 +186,7 @@ def test_record_launch_appends(tmp_path):
 
 # ---- end to end through the CLI ----------------------------------------------------------------------------------
 def _comas(out, data, *extra):
-    return cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "agents=2",
+    return cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "n_agents=2",
                      "trainer.tasks_per_step=2", "sampling.max_new_tokens=6", f"data.tasks=[{data}]",
                      "eval.every=1", f"eval.tasks=[{data}]", "eval.limit=2", "eval.max_new_tokens=4",
                      f"output_dir={out}", *extra])
@@ -267,7 +267,7 @@ def test_a_run_logs_only_its_own_sandbox_jobs(tmp_path):
 
     _count_fs_mode("none")  # a sandbox job of someone else's
     out = tmp_path / "run"
-    assert cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "agents=2",
+    assert cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "n_agents=2",
                      "engine.name=golden", "trainer.max_steps=1", "trainer.tasks_per_step=1", "data.n_math=2",
                      "data.n_code=0", "data.n_science=0", f"output_dir={out}"]) == 0
     (m,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

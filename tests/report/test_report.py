@@ -124,7 +124,7 @@ def real_dirs(tmp_path_factory):
     if not os.path.isdir(DATA):
         pytest.skip("benchmark data not found (set SELFEVO_DATA)")
     run, evaluation = tmp_path_factory.mktemp("run") / "comas", tmp_path_factory.mktemp("eval") / "eval"
-    assert cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "agents=2",
+    assert cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "n_agents=2",
                      "trainer.max_steps=2", "trainer.tasks_per_step=2", "sampling.max_new_tokens=6", "data.n_math=4",
                      "data.n_code=2", "data.n_science=2", f"output_dir={run}", "data.tasks=[]", "eval.at_start=false", "eval.every=0"]) == 0
     assert cli.main(["eval", "benchmark=gsm8k", "setup=vanilla", "model.backbones=tiny-random", "limit=2",
