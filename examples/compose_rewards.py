@@ -1,8 +1,8 @@
 """Composed rewards, R1-Zero style, written only with selfevo's public API: every answer thinks inside
 <think></think> and ends with \\boxed{}; its reward is 0.8 x the verifier's correctness + 0.2 x the soft format
 reward of its <think> block, two registered reward sources summed by ``build_sources``; it trains with GRPO (each
-task answered ``trainer.prompt_reuse`` times per step, advantages normalised within each task's answers) instead of
-the loop kit's default optimizer, REINFORCE++.
+task answered ``trainer.prompt_reuse`` times per step, advantages normalised within each task's answers; a run names
+its optimizer, ``trainer.optimizer``).
 
     python examples/compose_rewards.py --steps 1 --output runs/compose      # embedded model, GSM8K, 4 tasks x 4
     python examples/compose_rewards.py --steps 20 --output runs/compose n_agents=2 --rewards verifier:1 format:0.5

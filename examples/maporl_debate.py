@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=2, help="debate rounds (MAPoRL: 2-3)")
     parser.add_argument("overrides", nargs="*", help="config key=value")
     args = parser.parse_args(argv)
-    defaults = ["n_agents=2", "trainer.tasks_per_step=4", "trainer.lr=5e-5", "sampling.max_new_tokens=128",
-                "sampling.temperature=1.0"]
+    defaults = ["n_agents=2", "trainer.optimizer=reinforce_pp", "trainer.tasks_per_step=4", "trainer.lr=5e-5",
+                "sampling.max_new_tokens=128", "sampling.temperature=1.0"]
     cfg = load_config(RunCfg, "maporl_debate", None, [*defaults, "recipe=maporl_debate",
                                                       f"trainer.max_steps={args.steps}", f"output_dir={args.output}",
                                                       *args.overrides])

@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--judges", type=int, default=1, help="judgements per answer, averaged (SRLM: 3)")
     parser.add_argument("overrides", nargs="*", help="config key=value")
     args = parser.parse_args(argv)
-    defaults = ["trainer.tasks_per_step=4", "trainer.lr=5e-5", "sampling.max_new_tokens=256",
-                "sampling.temperature=0.7", "sampling.top_p=0.9"]  # SRLM's sampling, of answers and judgements
+    defaults = ["trainer.optimizer=none", "trainer.tasks_per_step=4", "trainer.lr=5e-5", "sampling.max_new_tokens=256",
+                "sampling.temperature=0.7", "sampling.top_p=0.9"]  # the update: TRL's DPO (Update fn); SRLM's sampling
     cfg = load_config(RunCfg, "srlm", None, [*defaults, "recipe=srlm", f"trainer.max_steps={args.steps}",
                                              f"output_dir={args.output}", *args.overrides, "n_agents=1"])
     with Loop(cfg, agents=["default"]) as loop:  # TRL's DPOTrainer copies the adapter named "default" as its reference

@@ -25,6 +25,7 @@ from selfevo.algorithms.pool import ItemBuffers
 from selfevo.config import opt
 from selfevo.interaction import Episode, ask
 from selfevo.loop import Loop, Phase, RunCfg, TrainerCfg, Update, checkpoint
+from selfevo.optimizers import UpdateSpec
 from selfevo.rewards import RewardResult, RewardSource
 from selfevo.rewards.formulas import azr_propose_reward, azr_reward, azr_solve_rate
 from selfevo.roles.azr import KINDS, AZRProposer, AZRSolver
@@ -163,12 +164,18 @@ def step_of(loop: Loop, step: int, buffers: ItemBuffers, roles: Roles, rewards: 
     def solve_tasks() -> list[Task]:
         return [solve_task(k, t) for k in p.kinds for t in (new[k] + buffers.sample(rng, k, b - len(new[k])))[:b]]
 
-    trained = {PROPOSE: p.train_proposer, SOLVE: p.train_solver}
     phases = [Phase("propose", propose_tasks(buffers, rng, p, b), propose_program(roles, p), rewards[0], key="p",
                     after=admit),
               Phase("solve", solve_tasks, solve_program(roles), rewards[1], key="s")]
-    return loop.run_step(step, phases, [Update(group_by=lambda t: t.role,
-                                               include=lambda t: trained.get(part_of(t.role), False))])
+    return loop.run_step(step, phases, [Update(spec=learning_rule(p))])
+
+
+def learning_rule(p: AZRProtocolCfg) -> UpdateSpec:
+    """How AZR learns (Sec. 3.3.5): Task-Relative REINFORCE++ (``trainer.optimizer``, :class:`AZRCfg`'s default) on
+    the proposer and solver turns that train (``protocol.train_proposer``, ``train_solver``), advantages normalised
+    per label: six baselines, one per (kind, propose | solve); the estimate rollouts never train."""
+    trained = {PROPOSE: p.train_proposer, SOLVE: p.train_solver}
+    return UpdateSpec(group_by=lambda t: t.role, include=lambda t: trained.get(part_of(t.role), False))
 
 
 # ---- rewards (Sec. 3.1-3.3) --------------------------------------------------------------------------------------

@@ -20,8 +20,9 @@ from typing import Callable
 
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, ask
-from selfevo.loop import DataCfg, Loop, Phase, RunCfg, Update
+from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update
 from selfevo.loop.metrics import precision_recall
+from selfevo.optimizers import UpdateSpec
 from selfevo.rewards import build_sources
 from selfevo.roles.base import HistoryItem, Role
 from selfevo.roles.comas import (CoMASEvaluator, CoMASJudge, CoMASScorer, CoMASSolver, CoMASVerdictEvaluator,
@@ -78,6 +79,7 @@ class CoMASCfg(RunCfg):
     recipe: str = opt("comas", "the recipe", choices=("comas",))
     output_dir: str = opt("runs/comas", "run directory", nonempty=True)
     sampling: SamplingCfg = opt(SamplingCfg(max_new_tokens=256, temperature=1.0), "sampling of every generation")
+    trainer: TrainerCfg = opt(TrainerCfg(optimizer="reinforce_pp"), "schedule and updates: REINFORCE++ (Eq. 9-11)")
     protocol: CoMASProtocolCfg = opt(CoMASProtocolCfg, "the discussion")
     reward: CoMASRewardCfg = opt(CoMASRewardCfg, "reward settings")
     data: CoMASDataCfg = opt(CoMASDataCfg, "training tasks (default: the CoMAS mix)")
@@ -255,14 +257,21 @@ JUDGES = {"model": lambda cfg: {"name": "interaction_scores"},
 
 
 # ---- the loop ---------------------------------------------------------------------------------------------------
+def learning_rule(r: CoMASRewardCfg) -> UpdateSpec:
+    """How CoMAS learns: REINFORCE++ (``trainer.optimizer``, :class:`CoMASCfg`'s default) on each agent's turns,
+    every label's, advantages whitened over all of the agent's tokens (Eq. 10), or per label with
+    ``reward.normalise=agent_role``."""
+    return UpdateSpec(group_by=(lambda t: t.role) if r.normalise == "agent_role" else None)
+
+
 def step_of(loop: Loop, step: int, tasks: list[Task], roles: dict, reward) -> tuple[list[Episode], dict]:
     """One discussion per task of the step's batch, the variant's reward, one REINFORCE++ update per agent
-    (advantages whitened per agent, or per agent and role); App. G's precision/recall of the solution rewards."""
+    (:func:`learning_rule`); App. G's precision/recall of the solution rewards."""
     p, r = loop.cfg.protocol, loop.cfg.reward
     program = SEMANTICS[p.semantics](roles, loop.agents, p, f"{loop.cfg.seed}/{step}").program()
-    group_by = (lambda t: t.role) if r.normalise == "agent_role" else None
     return loop.run_step(step, [Phase("rollout", loop.batch(tasks, step), program, reward)],
-                         [Update(group_by=group_by)], metrics=lambda eps: precision_recall(eps, r.correct_threshold))
+                         [Update(spec=learning_rule(r))],
+                         metrics=lambda eps: precision_recall(eps, r.correct_threshold))
 
 
 def main(cfg) -> None:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from selfevo.config import opt
 from selfevo.interaction import Ask, Episode
-from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, load_entries
+from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update, load_entries
+from selfevo.optimizers import UpdateSpec
 from selfevo.rewards import build_sources
 from selfevo.tasks import format_prompt
 
@@ -50,9 +51,15 @@ def answer(agents: list[str]):
     return program
 
 
+# How GRPO learns: the grpo optimizer (trainer.optimizer, GRPOCfg's default) with its own grouping, the answers of one
+# prompt (optimizers.policy_gradient.same_prompt: a task's trainer.prompt_reuse answers), every answer trained.
+LEARNING_RULE = UpdateSpec()
+
+
 def main(cfg) -> None:
     with Loop(cfg) as loop:
         tasks = loop.tasks(lambda: load_entries(["gsm8k:train"], limit=500))
         reward, program = build_sources(list(cfg.reward.sources), roles=("solver",)), answer(loop.agents)
         for step in loop.steps():
-            loop.end_step(step, *loop.run_step(step, [Phase("answer", loop.batch(tasks, step), program, reward)]))
+            phase = Phase("answer", loop.batch(tasks, step), program, reward)
+            loop.end_step(step, *loop.run_step(step, [phase], [Update(spec=LEARNING_RULE)]))

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from selfevo.config import SamplingCfg, opt
 from selfevo.interaction import Episode, ask
 from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update, load_entries
+from selfevo.optimizers import UpdateSpec
 from selfevo.algorithms.pool import QuestionPool, admit_each, note_new_task, start_pool
 from selfevo.rewards import REWARD_SOURCES, RewardResult, labelled, weighted_sum
 from selfevo.rewards.formulas import mae_difficulty, mae_proposer_reward, sage_norm, soft_format_reward
@@ -195,12 +196,19 @@ def step_of(loop: Loop, step: int, pool: QuestionPool, roles: dict, rewards: dic
     def admit_all(episodes: list[Episode]) -> dict:
         return admit_each(episodes, pool, lambda ep: admit(ep, pool, p, step))
 
-    trained = {r for r in ROLES if getattr(p, f"train_{r}")}
     phases = [Phase("propose", refs, propose_program(roles, p.solver_samples, p.judge_samples), rewards["propose"],
                     key="p", after=admit_all),
               Phase("solve", lambda: pool.sample(rng, loop.cfg.trainer.tasks_per_step),
                     solve_program(roles, p.judge_samples), rewards["solve"], key="s")]
-    return loop.run_step(step, phases, [Update(group_by=lambda t: t.role, include=lambda t: t.role in trained)])
+    return loop.run_step(step, phases, [Update(spec=learning_rule(p))])
+
+
+def learning_rule(p: MAEProtocolCfg) -> UpdateSpec:
+    """How MAE learns: Task-Relative REINFORCE++ (``trainer.optimizer``, :class:`MAECfg`'s default) on the turns of
+    every trained role (``protocol.train_<role>``), advantages normalised per label (the difficulty answers carry
+    no reward and never train)."""
+    trained = {r for r in ROLES if getattr(p, f"train_{r}")}
+    return UpdateSpec(group_by=lambda t: t.role, include=lambda t: t.role in trained)
 
 
 def main(cfg) -> None:

@@ -40,8 +40,8 @@ from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, Turn
 from selfevo.loop import DataCfg, EvalCfg, Loop, Phase, RunCfg, TrainerCfg, Update
 from selfevo.loop.metrics import mean
-from selfevo.optimizers import OPTIMIZERS, ClpoCfg
-from selfevo.optimizers.clpo import CLPO_EPOCHS
+from selfevo.optimizers import OPTIMIZERS, ClpoCfg, Optimizer, UpdateSpec
+from selfevo.optimizers.clpo import CHOICE_EXTRAS
 from selfevo.setups.maestro_rounds import MaestroProtocol, RoundsCfg, maestro_metrics
 from selfevo.rewards import build_sources, labelled, weighted_sum
 from selfevo.roles.maestro import central_spans
@@ -91,14 +91,18 @@ class MaestroCfg(RunCfg):
 
     @staticmethod
     def check(cfg) -> None:
+        """The central agent's optimizer checks its own settings when built (CLPO: one epoch, a loss to train);
+        a central mode without a selection has nothing for an optimizer that trains."""
         RunCfg.check(cfg)
-        if cfg.protocol.central_mode != "select" and cfg.trainer.optimizer != "none":
+        trains = OPTIMIZERS.get(cfg.trainer.optimizer)(cfg.trainer, **optimizer_sections(cfg)).trains
+        if cfg.protocol.central_mode != "select" and trains:
             raise ConfigError(f"protocol.central_mode={cfg.protocol.central_mode} has no selection to train: use "
                               f"trainer.optimizer=none (got {cfg.trainer.optimizer})")
-        if cfg.trainer.optimizer == "clpo" and not (cfg.clpo.choice or cfg.clpo.rank):
-            raise ConfigError("clpo.choice and clpo.rank are both false: CLPO would train nothing but KL/entropy")
-        if cfg.trainer.optimizer == "clpo" and cfg.trainer.epochs != 1:
-            raise ConfigError(CLPO_EPOCHS.format(cfg.trainer.epochs))
+
+
+def optimizer_sections(cfg) -> dict:
+    """The config sections the central optimizer takes beside the trainer section: CLPO's ``clpo`` section."""
+    return {"clpo": cfg.clpo} if cfg.trainer.optimizer == "clpo" else {}
 
 
 # ---- the protocol of a step, CLPO's masks ----------------------------------------------------------------------
@@ -208,18 +212,13 @@ def step_of(loop: Loop, step: int, tasks: list[Task], executors: list, reward) -
     """The MAESTRO rounds on the step's questions (G training samples per slate unless nothing trains), the slate
     reward (and the executors' verifier reward), then the central agent's update (one slate per group, kept in one
     micro-batch; CLPO's masks as extras) and, with ``protocol.train_executors``, GRPO of the executors."""
-    cfg = loop.cfg
+    cfg, central = loop.cfg, loop.optimizer
     verdict = cached_verdict()
-    samples = 0 if cfg.trainer.optimizer == "none" else cfg.protocol.central_samples
-    proto = make_protocol(cfg, executors, step, verdict, samples)
-    slate = lambda t: t.meta["slate"]  # noqa: E731  (one slate's G samples: a group, kept in one micro-batch)
-    tok = loop.store.backbones[loop.store.agent_backbone["central"]].tokenizer
-    clpo, chained = cfg.trainer.optimizer == "clpo", cfg.protocol.central_chain
-    listwise = clpo and cfg.clpo.choice and cfg.clpo.choice_form == "listwise"  # every candidate's decision scored
-    updates = [Update(agents=["central"], group_by=slate, keep_together=slate,
-                      extras=clpo_rows(tok, listwise, chained) if clpo else None)]
+    proto = make_protocol(cfg, executors, step, verdict, cfg.protocol.central_samples if central.trains else 0)
+    updates = [Update(agents=["central"], spec=central_spec(loop.store.tokenizer("central"), central,
+                                                              cfg.protocol.central_chain))]
     if trained := [a for a in executors if a is not None]:
-        updates.append(Update(agents=trained, optimizer=OPTIMIZERS.get("grpo")(cfg.trainer)))
+        updates.append(Update(agents=trained, optimizer=OPTIMIZERS.get(EXECUTOR_OPTIMIZER)(cfg.trainer)))
 
     def metrics(episodes: list[Episode]) -> dict:
         sampled = [t.reward for e in episodes for t in e.turns if t.role == "central_sample"]
@@ -227,9 +226,26 @@ def step_of(loop: Loop, step: int, tasks: list[Task], executors: list, reward) -
                 **maestro_metrics([ep.meta["rounds"] for ep in episodes], cfg.protocol.rounds),
                 "samples": {"reward": mean(sampled)}}
 
-    after = note_finals(verdict) if listwise and not chained else None  # the answers the decision strings end with
+    listwise = set(CHOICE_EXTRAS) <= central.row_extras  # every candidate's decision scored (CLPO's listwise form)
+    after = note_finals(verdict) if listwise and not cfg.protocol.central_chain else None  # what they end with
     return loop.run_step(step, [Phase("rollout", loop.batch(tasks, step), proto.program, reward, after=after)],
                          updates, metrics=metrics)
+
+
+# how MAESTRO learns: the central agent with trainer.optimizer (MaestroCfg's default: CLPO), one slate's G samples a
+# group kept in one micro-batch, with the row masks the optimizer reads; the executors (protocol.train_executors)
+# with GRPO on their candidates, grouped by prompt
+EXECUTOR_OPTIMIZER = "grpo"
+
+
+def central_spec(tokenizer, optimizer: Optimizer, chained: bool) -> UpdateSpec:
+    """The central agent's rows: one group per slate (its G samples), kept in one micro-batch; the per-row masks
+    of :func:`clpo_rows` when the optimizer reads them (with every candidate's decision string for CLPO's
+    listwise L_choice)."""
+    slate = lambda t: t.meta["slate"]  # noqa: E731
+    listwise = set(CHOICE_EXTRAS) <= optimizer.row_extras
+    extras = clpo_rows(tokenizer, listwise, chained) if optimizer.row_extras else None
+    return UpdateSpec(group_by=slate, keep_together=slate, extras=extras)
 
 
 def reward_source(cfg):
@@ -247,8 +263,7 @@ def reward_source(cfg):
 def main(cfg) -> None:
     n, d = cfg.n_agents, cfg.data
     executors = [f"exec{i}" for i in range(n)] if cfg.protocol.train_executors else [None] * n
-    options = {"clpo": cfg.clpo} if cfg.trainer.optimizer == "clpo" else None
-    with Loop(cfg, agents=["central", *[a for a in executors if a]], optimizer_options=options) as loop:
+    with Loop(cfg, agents=["central", *[a for a in executors if a]], optimizer_options=optimizer_sections(cfg)) as loop:
         tasks = loop.tasks(lambda: load_tasks("gsm8k", "train", data_root=d.data_root, source=d.source))
         reward = reward_source(cfg)
         for step in loop.steps():

@@ -27,6 +27,7 @@ from selfevo.algorithms.pool import QuestionPool, admit_each, note_new_task, sta
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, Turn, ask
 from selfevo.loop import DataCfg, Loop, Phase, RunCfg, TrainerCfg, Update
+from selfevo.optimizers import UpdateSpec
 from selfevo.rewards import RewardResult, RewardSource
 from selfevo.rewards.formulas import (sage_challenger_reward, sage_critic_reward, sage_difficulty, sage_norm,
                                       sage_plan_gate, sage_planner_reward, sage_solver_reward, soft_format_reward)
@@ -356,11 +357,18 @@ def step_of(loop: Loop, step: int, pool: QuestionPool, cast: Cast) -> tuple[list
         ep.meta.update(seen.record())
         return seen.reason
 
-    trained = {r for r in ROLES if getattr(p, f"train_{r}")}
     phases = [Phase("challenge", refs, challenge_program(cast, p.solver_samples, p.tag_chain),
                     challenge_rewards(p, admissions), key="c", after=lambda eps: admit_each(eps, pool, admit_one)),
               Phase("plan-solve", items, plan_solve_program(cast, p), plan_solve_rewards(p), key="s")]
-    return loop.run_step(step, phases, [Update(group_by=lambda t: t.role, include=lambda t: t.role in trained)])
+    return loop.run_step(step, phases, [Update(spec=learning_rule(p))])
+
+
+def learning_rule(p: SageProtocolCfg) -> UpdateSpec:
+    """How SAGE learns (Eq. 1): Task-Relative REINFORCE++ (``trainer.optimizer``, :class:`SageCfg`'s default) on
+    the turns of every trained role (``protocol.train_<role>``), advantages normalised per label: a baseline per
+    role (the difficulty samples carry no reward and never train)."""
+    trained = {r for r in ROLES if getattr(p, f"train_{r}")}
+    return UpdateSpec(group_by=lambda t: t.role, include=lambda t: t.role in trained)
 
 
 def main(cfg) -> None:

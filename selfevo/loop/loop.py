@@ -22,6 +22,7 @@ adapters and AdamW states, so a run resumes with any number of processes.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Callable, Hashable, Iterator, Sequence
 
@@ -37,7 +38,7 @@ from selfevo.loop.metrics import turn_metrics
 from selfevo.loop.rundir import RunDir, resume_hint
 from selfevo.loop.step import (Phase, Update, agree_on_rewards, assign_rewards, deep_merge, rollout, rollout_timing,
                                timed, update_timing)
-from selfevo.optimizers import OPTIMIZERS, train_agents
+from selfevo.optimizers import OPTIMIZERS, UpdateSpec, train_agents
 from selfevo.optimizers.schedule import lr_at
 from selfevo.policy import PolicyStore
 from selfevo.types import Task
@@ -156,23 +157,19 @@ class Loop:
             train.update(u.run(self, episodes))
         return train
 
-    def train(self, episodes: list[Episode], group_by: Callable[[Turn], Hashable] | None = None,
-              keep_together: Callable[[Turn], Hashable] | None = None,
-              include: Callable[[Turn], bool] | None = None, extras: Callable[[Turn], dict] | None = None,
-              agents: list[str] | None = None, optimizer=None) -> dict:
-        """One optimizer call per agent (``agents``, default all) over its rewarded turns (see
-        :func:`~selfevo.optimizers.train_agents`, ``extras`` included) at the schedule's learning rate for the
-        current step, with the run's optimizer unless ``optimizer`` is given; only turns ``include`` accepts, and
-        completions cut by the token limit are left out when ``trainer.mask_truncated`` (except turns whose limit
-        is part of their format, ``meta["limit_by_design"]``)."""
+    def train(self, episodes: list[Episode], spec: UpdateSpec = UpdateSpec(), agents: list[str] | None = None,
+              optimizer=None) -> dict:
+        """One optimizer call per agent (``agents``, default all) over its rewarded turns, made rows as ``spec``
+        says (:func:`~selfevo.optimizers.train_agents`), at the schedule's learning rate for the current step, with
+        the run's optimizer unless ``optimizer`` is given; completions cut by the token limit are left out when
+        ``trainer.mask_truncated`` (except turns whose limit is part of their format, ``meta["limit_by_design"]``)."""
         t = self.cfg.trainer
         self.store.set_lr(lr_at(self.step, t.lr, t.lr_schedule, t.warmup_steps, t.max_steps, t.min_lr_ratio))
-        keep = (lambda turn: (include is None or include(turn)) and not (t.mask_truncated and
-                                                                        turn.finish_reason == "length" and
-                                                                        not turn.meta.get("limit_by_design")))
+        keep = (lambda turn: spec.trains(turn) and not (t.mask_truncated and turn.finish_reason == "length" and
+                                                        not turn.meta.get("limit_by_design")))
         agree_on_rewards(episodes)
-        return train_agents(self.store, optimizer or self.optimizer, episodes, agents or self.agents, group_by,
-                            keep_together, keep, extras, progress=self._status)
+        return train_agents(self.store, optimizer or self.optimizer, episodes, agents or self.agents,
+                            dataclasses.replace(spec, include=keep), progress=self._status)
 
     def end_step(self, step: int, episodes: list[Episode], metrics: dict, state: dict | None = None,
                  files: dict[str, str] | None = None) -> None:

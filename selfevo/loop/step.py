@@ -15,6 +15,7 @@ from typing import Any, Callable, Hashable, Sequence
 from selfevo import distributed
 from selfevo.interaction import Episode, Runner, Turn
 from selfevo.loop.memory import release_freed_memory
+from selfevo.optimizers import UpdateSpec
 from selfevo.rewards import assign
 from selfevo.shapes import Shapes
 from selfevo.types import Task
@@ -38,14 +39,13 @@ class Phase:
 
 @dataclass
 class Update:
-    """One optimizer call of a step: :meth:`selfevo.loop.Loop.train` with these options, or ``fn(loop, episodes) ->
-    stats`` for an update the kit does not run (e.g. a TRL trainer; ``examples/srlm.py``)."""
+    """One optimizer call of a step: :meth:`selfevo.loop.Loop.train` of ``agents`` (default all) with ``spec``
+    (:class:`~selfevo.optimizers.UpdateSpec`: groups, rows kept together, which turns train, per-row extras) and
+    ``optimizer`` (default the run's), or ``fn(loop, episodes) -> stats`` for an update the kit does not run (e.g.
+    a TRL trainer; ``examples/srlm.py``)."""
 
     agents: list[str] | None = None
-    group_by: Callable[[Turn], Hashable] | None = None
-    keep_together: Callable[[Turn], Hashable] | None = None
-    include: Callable[[Turn], bool] | None = None
-    extras: Callable[[Turn], dict] | None = None
+    spec: UpdateSpec = UpdateSpec()
     optimizer: Callable | None = None
     fn: Callable[[Any, list[Episode]], dict] | None = None
 
@@ -53,8 +53,7 @@ class Update:
         """This update's per-agent stats on ``loop`` (a :class:`~selfevo.loop.Loop`)."""
         if self.fn is not None:
             return self.fn(loop, episodes)
-        return loop.train(episodes, self.group_by, self.keep_together, self.include, self.extras, self.agents,
-                          self.optimizer)
+        return loop.train(episodes, self.spec, self.agents, self.optimizer)
 
 
 def rollout(runner: Runner, phases: Sequence[Phase]) -> tuple[list[list[Episode]], dict, float]:

@@ -4,9 +4,10 @@
 :mod:`~selfevo.optimizers.clpo`; also takes its ``clpo`` section) and ``none`` (no update: prompt-only baselines).
 The math is pure functions in :mod:`~selfevo.optimizers.objectives`."""
 from selfevo.optimizers import clpo, policy_gradient, sft  # noqa: F401  (registers the optimizers)
-from selfevo.optimizers.base import OPTIMIZERS, Optimizer, Samples, policy_step, reference_logprobs, score, train_agents
+from selfevo.optimizers.base import (OPTIMIZERS, Optimizer, Samples, UpdateSpec, policy_step, reference_logprobs,
+                                    score, train_agents)
 from selfevo.optimizers.clpo import ClpoCfg
 from selfevo.optimizers.trainer import TrainerCfg
 
-__all__ = ["OPTIMIZERS", "ClpoCfg", "Optimizer", "Samples", "TrainerCfg", "policy_step", "reference_logprobs", "score",
-           "train_agents"]
+__all__ = ["OPTIMIZERS", "ClpoCfg", "Optimizer", "Samples", "TrainerCfg", "UpdateSpec", "policy_step",
+           "reference_logprobs", "score", "train_agents"]

@@ -9,7 +9,9 @@ clipping belong to the store (``StoreSettings(lr=, micro_batch=, max_grad_norm=)
 
 :class:`Samples` carries one agent's training rows: a :class:`~selfevo.policy.SeqBatch` (several masks per row ride
 in its ``extras``; a slate kept in one micro-batch by its ``groups``), the rows' rewards, and normalisation groups
-(role, prompt, ...; each optimizer says what it does without them).
+(role, prompt, ...; each optimizer says what it does without them). A recipe says how its turns become rows in one
+typed value, :class:`UpdateSpec` (groups, rows kept together, which turns train, per-row extras), which reaches
+:meth:`Samples.from_turns` whole through :func:`train_agents`.
 """
 from __future__ import annotations
 
@@ -36,6 +38,23 @@ def on_policy(cfg: TrainerCfg) -> bool:
     return cfg.train_batch == 0 and cfg.epochs == 1
 
 
+@dataclass(frozen=True)
+class UpdateSpec:
+    """How one update turns each agent's rewarded turns into training rows: ``group_by`` (a normalisation group
+    per turn, e.g. its label; None: the optimizer's own grouping, e.g. GRPO's rows of one prompt), ``keep_together``
+    (rows with one key share a micro-batch: a slate), ``include`` (which rewarded turns train; None: all) and
+    ``extras`` (per-row values for ``batch.extras``, :meth:`Samples.from_turns`)."""
+
+    group_by: Callable[[Turn], Hashable] | None = None
+    keep_together: Callable[[Turn], Hashable] | None = None
+    include: Callable[[Turn], bool] | None = None
+    extras: Callable[[Turn], dict] | None = None
+
+    def trains(self, turn: Turn) -> bool:
+        """Whether ``turn`` (a rewarded turn) is one of the update's rows."""
+        return self.include is None or self.include(turn)
+
+
 @dataclass
 class Samples:
     """One agent's training rows: ``batch`` [B rows], ``rewards`` [B], optional ``groups`` (one key per row)."""
@@ -45,10 +64,8 @@ class Samples:
     groups: list[Hashable] | None = None
 
     @classmethod
-    def from_turns(cls, turns: Sequence[Turn], pad_id: int, group_by: Callable[[Turn], Hashable] | None = None,
-                   keep_together: Callable[[Turn], Hashable] | None = None,
-                   extras: Callable[[Turn], dict] | None = None) -> "Samples":
-        """Rows from rewarded turns (prompt + completion ids); ``group_by`` gives normalisation groups and
+    def from_turns(cls, turns: Sequence[Turn], pad_id: int, spec: UpdateSpec = UpdateSpec()) -> "Samples":
+        """Rows from rewarded turns (prompt + completion ids); the spec's ``group_by`` gives normalisation groups and
         ``keep_together`` the keys of rows that must share a micro-batch. ``extras(turn)`` gives per-row values for
         ``batch.extras``: a number (→ a [B] tensor), one value per completion token (→ [B, T], 0 off the
         completion; e.g. a selector's decision and rationale masks) or a tensor (→ [B, ...], zero-padded to the
@@ -59,12 +76,12 @@ class Samples:
                                pad_id)
         batch = batch.with_extras(**{TEMPERATURE: torch.tensor([float(t.completion.request.sampling.temperature)
                                                                 for t in turns])})
-        if keep_together is not None:
-            batch = batch.with_groups([keep_together(t) for t in turns])
-        if extras is not None:
-            batch = batch.with_extras(**_row_extras(turns, [extras(t) for t in turns], batch.loss_mask.shape))
+        if spec.keep_together is not None:
+            batch = batch.with_groups([spec.keep_together(t) for t in turns])
+        if spec.extras is not None:
+            batch = batch.with_extras(**_row_extras(turns, [spec.extras(t) for t in turns], batch.loss_mask.shape))
         rewards = torch.tensor([float(t.reward) for t in turns])
-        return cls(batch, rewards, [group_by(t) for t in turns] if group_by is not None else None)
+        return cls(batch, rewards, [spec.group_by(t) for t in turns] if spec.group_by is not None else None)
 
 
 def _row_extras(turns: Sequence[Turn], values: list[dict], shape: torch.Size) -> dict[str, torch.Tensor]:
@@ -101,7 +118,21 @@ def _stack_padded(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return out
 
 
-Optimizer = Callable[[PolicyStore, str, Samples], dict]
+@dataclass(frozen=True)
+class Optimizer:
+    """An optimizer built for a run: call it as ``optimizer(store, agent, samples) -> stats`` (its ``update``). What
+    a recipe may ask of it: ``trains`` (False for ``none``: no parameter update, so a recipe need not sample rows to
+    train on) and ``row_extras``, the per-row ``batch.extras`` it reads (CLPO's masks; a recipe gives them through
+    :attr:`UpdateSpec.extras`)."""
+
+    update: Callable[[PolicyStore, str, Samples], dict]
+    trains: bool = True
+    row_extras: frozenset[str] = frozenset()
+
+    def __call__(self, store: PolicyStore, agent: str, samples: Samples) -> dict:
+        return self.update(store, agent, samples)
+
+
 OPTIMIZERS: Registry[Callable[..., Optimizer]] = Registry("optimizer")
 
 
@@ -251,21 +282,16 @@ def hash_seed(*parts) -> int:
 
 
 def train_agents(store: PolicyStore, optimizer: Optimizer, episodes: list[Episode], agents: Sequence[str],
-                 group_by: Callable[[Turn], Hashable] | None = None,
-                 keep_together: Callable[[Turn], Hashable] | None = None,
-                 include: Callable[[Turn], bool] | None = None,
-                 extras: Callable[[Turn], dict] | None = None,
-                 progress: Callable[[str], None] | None = None) -> dict:
-    """One optimizer call per agent over all of its rewarded turns (those ``include`` accepts, if given), with
-    per-row ``extras`` (see :meth:`Samples.from_turns`); per-agent stats (floats rounded; ``rows`` and ``tokens``: its rows and
+                 spec: UpdateSpec = UpdateSpec(), progress: Callable[[str], None] | None = None) -> dict:
+    """One optimizer call per agent over all of its rewarded turns that ``spec`` trains, made rows as ``spec`` says
+    (:meth:`Samples.from_turns`); per-agent stats (floats rounded; ``rows`` and ``tokens``: its rows and
     their prompt and completion tokens without padding, unless the optimizer reports its own). ``progress`` gets a
     one-line status before each agent's call (agent k of n, rows and tokens done of the update's total)."""
     work = {}
     for agent in agents:
-        turns = [t for t in rewarded_turns(episodes, agent) if include is None or include(t)]
+        turns = [t for t in rewarded_turns(episodes, agent) if spec.trains(t)]
         if turns:
-            pad = store.backbones[store.agent_backbone[agent]].tokenizer.pad_token_id
-            work[agent] = (turns, Samples.from_turns(turns, pad, group_by, keep_together, extras))
+            work[agent] = (turns, Samples.from_turns(turns, store.tokenizer(agent).pad_token_id, spec))
     total = UpdateProgress(work, progress)
     stats = {}
     for agent, (turns, samples) in work.items():

@@ -142,7 +142,8 @@ def slate_steps(groups: Sequence[int], size: int, gen: torch.Generator) -> list[
     return steps + ([current] if current else [])
 
 
-CHOICE_EXTRAS = ("choices", "choice_mask", "choice_reward")
+ROW_MASKS = ("decision", "rationale", "slate_mean")  # the per-row extras every CLPO update reads (module doc)
+CHOICE_EXTRAS = ("choices", "choice_mask", "choice_reward")  # and the listwise L_choice's candidate decisions
 
 
 def candidate_rows(batch: SeqBatch, slates: Sequence[int], pad_id: int = 0) -> SeqBatch:
@@ -211,11 +212,14 @@ CLPO_EPOCHS = ("trainer.epochs={} with trainer.optimizer=clpo: CLPO's terms carr
 @OPTIMIZERS.register("clpo")
 def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
     """CLPO (module doc) with the weights of the ``clpo`` section (default: :class:`ClpoCfg`'s);
-    ``clpo.choice=False`` / ``clpo.rank=False`` drop L_choice / L_rank (the paper's ablations);
-    ``clpo.choice_form`` picks Eq. 6's listwise form (the default) or its sampled form."""
+    ``clpo.choice=False`` / ``clpo.rank=False`` drop L_choice / L_rank (the paper's ablations; not both);
+    ``clpo.choice_form`` picks Eq. 6's listwise form (the default) or its sampled form. The optimizer's
+    ``row_extras``: :data:`ROW_MASKS`, and :data:`CHOICE_EXTRAS` for the listwise form."""
     if cfg.epochs != 1:
         raise ConfigError(CLPO_EPOCHS.format(cfg.epochs))
     clpo = clpo if clpo is not None else ClpoCfg()
+    if not (clpo.choice or clpo.rank):
+        raise ConfigError("clpo.choice and clpo.rank are both false: CLPO would train nothing but KL/entropy")
     weights = {"choice": 1.0 if clpo.choice else 0.0, "rank": clpo.lambda_rank if clpo.rank else 0.0}
     lambda_ent = clpo.lambda_ent
     listwise = clpo.choice_form == "listwise" and clpo.choice
@@ -228,7 +232,7 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
         extras = {"adv": choice_advantages(samples.rewards, gid, batch.extras.get("slate_mean")),
                   "reward": samples.rewards.float(), "decision": batch.extras.get("decision", batch.loss_mask),
                   "rationale": batch.extras.get("rationale", torch.zeros_like(batch.loss_mask))}
-        pad = store.backbones[store.agent_backbone[agent]].tokenizer.pad_token_id or 0
+        pad = store.tokenizer(agent).pad_token_id or 0
         choices = candidate_rows(batch.with_extras(**extras), gid, pad) if listwise else None
         if cfg.kl_coef:
             extras["ref"] = score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
@@ -246,7 +250,7 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
             out["choice_rows"] = int(choices.input_ids.shape[0])
         return out
 
-    return update
+    return Optimizer(update, row_extras=frozenset(ROW_MASKS + (CHOICE_EXTRAS if listwise else ())))
 
 
 def _of_rows(choices: SeqBatch | None, rows: list[int]) -> SeqBatch | None:

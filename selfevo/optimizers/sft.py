@@ -28,7 +28,7 @@ def sft(cfg: TrainerCfg) -> Optimizer:
 
         return {**store.update(agent, batch, loss_fn), "rows": len(keep)}
 
-    return update
+    return Optimizer(update)
 
 
 @OPTIMIZERS.register("none")
@@ -38,4 +38,4 @@ def no_update(cfg: TrainerCfg) -> Optimizer:
     def update(store: PolicyStore, agent: str, samples: Samples) -> dict:
         return {"loss": 0.0, "grad_norm": 0.0, "skipped": True, "rows": int(samples.rewards.shape[0])}
 
-    return update
+    return Optimizer(update, trains=False)

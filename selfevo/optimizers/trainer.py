@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from omegaconf import MISSING
+
 from selfevo.config import ConfigError, opt
 
 
@@ -26,7 +28,8 @@ class TrainerCfg:
     max_steps: int = opt(20, "steps of the run (one step: roll out, reward, update, log, checkpoint)", ge=1)
     tasks_per_step: int = opt(8, "tasks rolled out per step", ge=1)
     prompt_reuse: int = opt(1, "independent episodes of each task per step (CoMAS Table 2: 4)", ge=1)
-    optimizer: str = opt("reinforce_pp", "how rewarded turns update each agent", choices=_optimizers)
+    optimizer: str = opt(MISSING, "how rewarded turns update each agent: each recipe names its own (its config's "
+                                  "trainer default); no default for all", choices=_optimizers)
     train_batch: int = opt(0, "rows per optimizer step (0: all of an agent's rows of the step in one optimizer "
                               "step, on-policy, ratio 1)", ge=0)
     epochs: int = opt(1, "passes over an agent's rows per step (old log-probs from the rollout policy)", ge=1)

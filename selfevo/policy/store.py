@@ -123,6 +123,10 @@ class PolicyStore:
             raise ValueError("a request without agent must name its backbone when several are loaded")
         return next(iter(self.backbones))
 
+    def tokenizer(self, agent: str):
+        """The tokenizer of ``agent``'s backbone (what its rows are encoded and padded with)."""
+        return self.backbones[self.agent_backbone[agent]].tokenizer
+
     def agents(self) -> list[str]:
         return list(self.agent_backbone)
 

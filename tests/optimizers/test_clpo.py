@@ -294,3 +294,17 @@ def test_clpo_ablation_switches_and_defaults(make_store):
         OPTIMIZERS.get("clpo")(TrainerCfg())(store, "central", plain)
     ablated = OPTIMIZERS.get("clpo")(TrainerCfg(), ClpoCfg(choice=False, lambda_ent=0.0))(store, "central", plain)
     assert ablated["loss"] == pytest.approx(0.0, abs=1e-7) and "choice_rows" not in ablated  # w/o L_choice: no rows
+
+
+def test_clpo_says_which_row_extras_it_reads_and_refuses_an_empty_loss():
+    """What the maestro recipe asks of the optimizer object instead of its name: the per-row extras it reads (the
+    listwise L_choice also reads every candidate's decision string) and whether it trains at all."""
+    from selfevo.config import ConfigError
+    from selfevo.optimizers.clpo import CHOICE_EXTRAS, ROW_MASKS
+
+    listwise, sampled = (OPTIMIZERS.get("clpo")(TrainerCfg(), ClpoCfg(choice_form=f)) for f in ("listwise", "sampled"))
+    assert listwise.row_extras == {*ROW_MASKS, *CHOICE_EXTRAS} and sampled.row_extras == set(ROW_MASKS)
+    assert OPTIMIZERS.get("clpo")(TrainerCfg(), ClpoCfg(choice=False)).row_extras == set(ROW_MASKS)
+    assert listwise.trains and not OPTIMIZERS.get("grpo")(TrainerCfg()).row_extras
+    with pytest.raises(ConfigError, match="CLPO would train nothing"):
+        OPTIMIZERS.get("clpo")(TrainerCfg(), ClpoCfg(choice=False, rank=False))

@@ -8,7 +8,7 @@ import torch
 
 from selfevo.interaction import Episode, Turn
 from selfevo.loop import TrainerCfg
-from selfevo.optimizers import OPTIMIZERS, ClpoCfg, Samples, train_agents
+from selfevo.optimizers import OPTIMIZERS, ClpoCfg, Optimizer, Samples, UpdateSpec, train_agents
 from selfevo.optimizers import base
 from selfevo.optimizers.base import gradient_rows, on_policy, score
 from selfevo.optimizers.objectives import kl_estimate, masked_mean, task_relative_advantages
@@ -355,8 +355,8 @@ def _turn(agent, role, prompt, completion, reward):
 def test_samples_from_turns_groups_and_keep_together():
     turns = [_turn("a", "solver", [1, 2], [3], 1.0), _turn("a", "scorer", [1], [4, 5], 0.0),
              _turn("a", "solver", [6], [7, 8, 9], -1.0)]
-    s = Samples.from_turns(turns, pad_id=0, group_by=lambda t: t.role,
-                           keep_together=lambda t: t.completion.prompt_ids[0])
+    s = Samples.from_turns(turns, pad_id=0, spec=UpdateSpec(group_by=lambda t: t.role,
+                                                            keep_together=lambda t: t.completion.prompt_ids[0]))
     assert s.rewards.tolist() == [1.0, 0.0, -1.0]
     assert s.groups == ["solver", "scorer", "solver"]
     assert s.batch.groups == [1, 1, 6]
@@ -379,6 +379,36 @@ def test_train_agents_updates_each_rewarded_agent_only(store):
     assert delta(before, after, "a0") > 0 and delta(before, after, "a2") > 0 and delta(before, after, "a1") == 0
 
 
+def test_one_update_spec_reaches_the_rows_whole(store):
+    """train_agents hands the recipe's UpdateSpec to the rows as one value: ``include`` picks the turns, ``group_by``
+    the groups and ``extras`` the per-row values the optimizer sees; rows are padded with the agent's tokenizer's
+    pad id (``store.tokenizer(agent)``)."""
+    seen = []
+    p, c, _ = token_rows(store)
+    turns = [_turn("a0", "solver", p[0], c[0], 1.0), _turn("a0", "scorer", p[1], c[1], 0.0),
+             _turn("a0", "solver", p[2], c[2] + [c[2][-1]] * 3, -1.0)]  # a longer row: the others are padded
+    spec = UpdateSpec(group_by=lambda t: t.role, include=lambda t: t.reward != 0.0,
+                      extras=lambda t: {"double": 2 * t.reward})
+    train_agents(store, Optimizer(lambda st, agent, samples: seen.append(samples) or {}),
+                 [Episode(Task("t", "math", "q", "1"), turns)], ["a0"], spec)
+    [samples] = seen
+    assert samples.groups == ["solver", "solver"] and samples.rewards.tolist() == [1.0, -1.0]
+    assert samples.batch.extras["double"].tolist() == [2.0, -2.0]
+    padding = samples.batch.attention_mask == 0
+    assert padding.any() and (samples.batch.input_ids[padding] == store.tokenizer("a0").pad_token_id).all()
+
+
+def test_task_relative_and_grpo_are_one_update_with_different_default_groups():
+    """Both are policy_gradient.group_normalised; only the grouping without named groups differs."""
+    from selfevo.optimizers.policy_gradient import one_group, same_prompt
+
+    batch = SeqBatch.build([[1, 2], [1, 2], [3]], [[4], [5], [6]], 0)
+    samples = Samples(batch, torch.tensor([1.0, 0.0, 1.0]))
+    assert one_group(samples) == [0, 0, 0]
+    assert same_prompt(samples) == [(1, 2), (1, 2), (3,)]
+    assert not OPTIMIZERS.get("none")(TrainerCfg()).trains and OPTIMIZERS.get("grpo")(TrainerCfg()).trains
+
+
 # ---- issue 58: the turn's sampling temperature, loss aggregation, LoRA dropout -----------------------------------
 def test_samples_from_turns_record_each_turns_sampling_temperature():
     """A role's temperature (SAGE's Critic at 0.1) reaches the request and from there the row the store scores."""
@@ -390,7 +420,7 @@ def test_samples_from_turns_record_each_turns_sampling_temperature():
     runner = Runner(engine=None, sampling=SamplingParams(temperature=0.6), seed=0)
     critic = ask(SageCritic(), "a", Task("t", "math", "q", "1"), subject="question")
     assert critic.temperature == 0.1
-    req = runner._request(critic, "k", 0, 0)
+    req = runner.request(critic, "k", 0, 0)
     turns = [_turn("a", "solver", [1, 2], [3], 1.0), _turn("a", "solver", [1], [4, 5], 0.0),
              _turn("a", "critic", [6], [7], 0.5)]
     turns[0].completion.request.sampling = SamplingParams(temperature=0.6)
