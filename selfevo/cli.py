@@ -110,13 +110,7 @@ def _run(argv: list[str]) -> int:
         print(OmegaConf.to_yaml(cfg, resolve=True))
     if args.dry_run:
         return 0
-    from selfevo.loop.rundir import COMMAND_LINE
-
-    token = COMMAND_LINE.set(["selfevo", "run", *argv])  # run.json records this, also for in-process calls
-    try:
-        module.main(cfg)
-    finally:
-        COMMAND_LINE.reset(token)
+    module.main(cfg, command_line=["selfevo", "run", *argv])  # run.json records it, also for in-process calls
     return 0
 
 

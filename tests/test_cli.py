@@ -25,12 +25,14 @@ def test_cli_errors_are_one_line(capsys):
 
 def test_cli_runs_demo_end_to_end(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = cli.main(["run", "demo", "n_agents=3", "model.backbones=[tiny-random]", "sampling.max_new_tokens=5",
-                   f"output_dir={out}"])
-    assert rc == 0
+    argv = ["run", "demo", "n_agents=3", "model.backbones=[tiny-random]", "sampling.max_new_tokens=5",
+            f"output_dir={out}"]
+    assert cli.main(argv) == 0
     lines = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
     assert len(lines) == 6 and {x["agent"] for x in lines} == {"agent0", "agent1", "agent2"}
     assert "n_agents: 3" in (out / "config.yaml").read_text()
+    (launch,) = json.loads((out / "run.json").read_text())
+    assert launch["argv"] == ["selfevo", *argv]  # the command line selfevo run passes, not this process's argv
 
 
 def test_run_options_and_overrides_mix_in_any_order(tmp_path, capsys):

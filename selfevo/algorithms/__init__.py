@@ -1,6 +1,7 @@
 """Recipes: one readable file per algorithm. Each module has a config dataclass named after it (``CoMASCfg``, a
-:class:`~selfevo.loop.config.RunCfg`) and ``main(cfg)``; the ``RECIPES`` registry maps a name to its module (imported
-lazily) and config class, and presets are YAML files in ``selfevo/configs``."""
+:class:`~selfevo.loop.config.RunCfg`) and ``main(cfg, command_line=None)`` (``selfevo run`` passes its command
+line, which the run records in run.json); the ``RECIPES`` registry maps a name to its module (imported lazily) and
+config class, and presets are YAML files in ``selfevo/configs``."""
 from __future__ import annotations
 
 import importlib

@@ -242,10 +242,10 @@ def solve_rewards() -> RewardSource:
     return source
 
 
-def main(cfg) -> None:
+def main(cfg, command_line: list[str] | None = None) -> None:
     roles = Roles.build(cfg.protocol)
     rewards = (propose_rewards(cfg.protocol.released_penalties), solve_rewards())
-    with Loop(cfg, agents=[AGENT]) as loop:
+    with Loop(cfg, agents=[AGENT], command_line=command_line) as loop:
         buffers = start_buffers(loop)
         for step in loop.steps():
             episodes, metrics = step_of(loop, step, buffers, roles, rewards)

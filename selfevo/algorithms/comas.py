@@ -274,8 +274,8 @@ def step_of(loop: Loop, step: int, tasks: list[Task], roles: dict, reward) -> tu
                          metrics=lambda eps: precision_recall(eps, r.correct_threshold))
 
 
-def main(cfg) -> None:
-    with Loop(cfg) as loop:
+def main(cfg, command_line: list[str] | None = None) -> None:
+    with Loop(cfg, command_line=command_line) as loop:
         d = cfg.data
         tasks = loop.tasks(lambda: comas_training_mix(d.n_math, d.n_code, d.n_science, seed=cfg.seed,
                                                       data_root=d.data_root, source=d.source))

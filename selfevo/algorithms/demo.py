@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from selfevo.loop import build
+from selfevo.loop import build, record_launch
 from selfevo.config import (ConfigError, EngineCfg, ModelCfg, SamplingCfg, check_sampling_fits_engine, opt,
                             save_config)
 from selfevo.engines import build_engine
@@ -27,7 +27,8 @@ from selfevo.types import Request
 class DemoCfg:
     recipe: str = opt("demo", "recipe name (recorded in config.yaml)", choices=("demo",))
     seed: int = opt(0, "seed of the RNGs; request i uses seed + i", ge=0)
-    output_dir: str = opt("runs/demo", "run directory: config.yaml, transcripts.jsonl, summary.json", nonempty=True)
+    output_dir: str = opt("runs/demo", "run directory: config.yaml, run.json, transcripts.jsonl, summary.json",
+                          nonempty=True)
     n_agents: int = opt(4, "number of agents, one LoRA adapter each", ge=1)
     adapter_init_std: float = opt(0.0, "std of random adapter B matrices; 0 = identity adapters", ge=0)
     model: ModelCfg = opt(ModelCfg, "the backbones and their LoRA settings")
@@ -56,10 +57,11 @@ def perturb_adapters(store, std: float) -> None:
         store.versions[agent] += 1
 
 
-def main(cfg) -> dict:
+def main(cfg, command_line: list[str] | None = None) -> dict:
     build.seed_everything(cfg.seed)
     save_config(cfg, cfg.output_dir)
     store = build.policy_store(cfg.model)
+    record_launch(Path(cfg.output_dir), dtype=store.dtype, command_line=command_line)
     names = [f"agent{i}" for i in range(cfg.n_agents)]
     build.add_agents(store, names, list(cfg.model.backbones))
     if cfg.adapter_init_std > 0:

@@ -56,8 +56,8 @@ def answer(agents: list[str]):
 LEARNING_RULE = UpdateSpec()
 
 
-def main(cfg) -> None:
-    with Loop(cfg) as loop:
+def main(cfg, command_line: list[str] | None = None) -> None:
+    with Loop(cfg, command_line=command_line) as loop:
         tasks = loop.tasks(lambda: load_entries(["gsm8k:train"], limit=500))
         reward, program = build_sources(list(cfg.reward.sources), roles=("solver",)), answer(loop.agents)
         for step in loop.steps():

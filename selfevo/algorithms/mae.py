@@ -211,10 +211,10 @@ def learning_rule(p: MAEProtocolCfg) -> UpdateSpec:
     return UpdateSpec(group_by=lambda t: t.role, include=lambda t: t.role in trained)
 
 
-def main(cfg) -> None:
+def main(cfg, command_line: list[str] | None = None) -> None:
     p = cfg.protocol
     roles = {r: get_role(f"mae.{r}", prefix=getattr(p, f"{r}_prefix")) for r in ROLES}
-    with Loop(cfg, agents=[AGENT]) as loop:
+    with Loop(cfg, agents=[AGENT], command_line=command_line) as loop:
         pool = start_pool(loop, lambda: load_entries(["gsm8k:train"], limit=500))
         rewards = reward_sources(p)
         for step in loop.steps():

@@ -260,10 +260,11 @@ def reward_source(cfg):
     return weighted_sum([(1.0, labelled(central, section="samples")), (1.0, labelled(executors, "executor_"))])
 
 
-def main(cfg) -> None:
+def main(cfg, command_line: list[str] | None = None) -> None:
     n, d = cfg.n_agents, cfg.data
     executors = [f"exec{i}" for i in range(n)] if cfg.protocol.train_executors else [None] * n
-    with Loop(cfg, agents=["central", *[a for a in executors if a]], optimizer_options=optimizer_sections(cfg)) as loop:
+    with Loop(cfg, agents=["central", *[a for a in executors if a]], optimizer_options=optimizer_sections(cfg),
+              command_line=command_line) as loop:
         tasks = loop.tasks(lambda: load_tasks("gsm8k", "train", data_root=d.data_root, source=d.source))
         reward = reward_source(cfg)
         for step in loop.steps():

@@ -371,9 +371,9 @@ def learning_rule(p: SageProtocolCfg) -> UpdateSpec:
     return UpdateSpec(group_by=lambda t: t.role, include=lambda t: t.role in trained)
 
 
-def main(cfg) -> None:
+def main(cfg, command_line: list[str] | None = None) -> None:
     cast = Cast.build(cfg.protocol)
-    with Loop(cfg, agents=cast.agents()) as loop:
+    with Loop(cfg, agents=cast.agents(), command_line=command_line) as loop:
         pool = seed_pool(loop)
         for step in loop.steps():
             episodes, metrics = step_of(loop, step, pool, cast)

