@@ -26,13 +26,12 @@ from selfevo.types import SamplingParams, Task
 def evaluate(setup_name: str, tasks: Sequence[Task], engine, sampling: SamplingParams,
              agents: Sequence[str | None] | None = None, seed: int | str = 0, options: dict[str, Any] | None = None,
              out_dir: str | Path | None = None, progress: Callable[[str], None] | None = None,
-             verifier: Callable | None = None, meta: dict[str, Any] | None = None,
-             continuous: bool | None = None) -> dict[str, Any]:
+             verifier: Callable | None = None, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run one setup on ``tasks``, score the final responses, and (with ``out_dir``) write results.json and
     items.jsonl there. Returns the results.json record (``accuracy``: the share of final responses the verifier
     scores 1.0; None without tasks)."""
     setup = make_setup(setup_name, engine, sampling, agents=agents, seed=seed, verifier=verifier,
-                       progress=progress, continuous=continuous, **(options or {}))
+                       progress=progress, **(options or {}))
     start = time.perf_counter()
     run = setup.run(tasks)
     wall = time.perf_counter() - start
@@ -70,14 +69,13 @@ def _write(out: Path, record: dict[str, Any], items: list[dict[str, Any]]) -> No
 
 
 def agent_accuracy(engine, agents: Sequence[str | None], tasks: Sequence[Task], sampling: SamplingParams,
-                   seed: int | str = 0, progress: Callable[[str], None] | None = None,
-                   continuous: bool | None = None) -> dict[str, float]:
+                   seed: int | str = 0, progress: Callable[[str], None] | None = None) -> dict[str, float]:
     """Each agent answers each task once, alone (:func:`evaluate` with the vanilla setup: the task's prompt, no
     other turn); its accuracy, rounded to 4 digits. ``progress(f"eval {agent}")`` after every engine call."""
     out = {}
     for agent in agents:
         tick = None if progress is None else (lambda label, agent=agent: progress(f"eval {agent}"))
-        record = evaluate("vanilla", tasks, engine, sampling, [agent], seed, progress=tick, continuous=continuous)
+        record = evaluate("vanilla", tasks, engine, sampling, [agent], seed, progress=tick)
         out[str(agent)] = round(record["accuracy"] or 0.0, 4)
     return out
 
@@ -89,8 +87,8 @@ def one_model(store, agents: Sequence[str], temperature: float) -> bool:
             and all(store.is_untrained(a) for a in agents))
 
 
-def heldout_accuracy(cfg: DictConfig, engine, store, agents: list[str], progress: Callable[[str], None] | None = None,
-                     continuous: bool | None = None) -> dict:
+def heldout_accuracy(cfg: DictConfig, engine, store, agents: list[str],
+                     progress: Callable[[str], None] | None = None) -> dict:
     """A run's held-out evaluation (its ``eval`` section; tasks read as ``data.*`` says): ``{"n", "accuracy":
     {agent: accuracy}}``. Where every agent would answer as one model (:func:`one_model`) only the first is
     evaluated and its accuracy stands for all (``"evaluated": agent``)."""
@@ -99,8 +97,7 @@ def heldout_accuracy(cfg: DictConfig, engine, store, agents: list[str], progress
     sampling = SamplingParams(max_new_tokens=e.max_new_tokens, temperature=e.temperature)
     shared = one_model(store, agents, e.temperature)
     evaluated = agents[:1] if shared else agents
-    accuracy = agent_accuracy(engine, evaluated, tasks, sampling, seed=f"{cfg.seed}/eval", progress=progress,
-                              continuous=continuous)
+    accuracy = agent_accuracy(engine, evaluated, tasks, sampling, seed=f"{cfg.seed}/eval", progress=progress)
     if not shared:
         return {"n": len(tasks), "accuracy": accuracy}
     return {"n": len(tasks), "accuracy": {a: accuracy[evaluated[0]] for a in agents}, "evaluated": evaluated[0]}

@@ -47,7 +47,9 @@ from selfevo.verifiers.sandbox import take_fs_modes
 
 class Loop:
     """One recipe run: the policy store and its agents, the run directory, the engine, the optimizer, the step
-    skeleton. ``command_line`` is recorded in run.json (default ``sys.argv``; ``selfevo run`` passes its own)."""
+    skeleton. ``command_line`` is recorded in run.json (default ``sys.argv``; ``selfevo run`` passes its own).
+    ``first_step``: the step it starts at (after the checkpoint's on resume); ``state``: the recipe state saved
+    with that checkpoint (``{}`` for a fresh run)."""
 
     def __init__(self, cfg, agents: list[str] | None = None, optimizer_options: dict | None = None,
                  command_line: Sequence[str] | None = None):
@@ -115,15 +117,9 @@ class Loop:
             # resumed with nothing left to do (e.g. a stopped run, max_steps lowered)
             self.run_dir.export_missing_final(self.store, self.agents)
 
-    def continuous(self) -> bool | None:
-        """The runners' batching: None (continuously where the engine can) or False (``engine.continuous=false``:
-        one engine call per wave)."""
-        return None if self.cfg.engine.continuous else False
-
     def runner(self, step: int) -> Runner:
         """A runner whose request seeds are keyed by (run seed, step): every step's draws are its own."""
-        return Runner(self.engine, self.sampling, seed=f"{self.cfg.seed}/{step}", status=self._status,
-                      continuous=self.continuous())
+        return Runner(self.engine, self.sampling, seed=f"{self.cfg.seed}/{step}", progress=self._status)
 
     def _status(self, status) -> None:
         """Inside a step: the phases in flight, requests done, tok/s (see :class:`~selfevo.interaction.RunStatus`)."""
@@ -203,8 +199,7 @@ class Loop:
     def evaluate(self) -> dict:
         """Every agent answers the held-out tasks once (``eval.*``; :func:`~selfevo.loop.heldout.heldout_accuracy`,
         ``selfevo eval``'s vanilla setup): ``{"n", "accuracy": {agent: accuracy}}``."""
-        return heldout_accuracy(self.cfg, self.engine, self.store, self.agents, progress=self._status,
-                                continuous=self.continuous())
+        return heldout_accuracy(self.cfg, self.engine, self.store, self.agents, progress=self._status)
 
     # ---- the end ----------------------------------------------------------------------------------------------
     def close(self) -> None:
