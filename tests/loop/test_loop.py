@@ -168,7 +168,7 @@ def test_precision_recall():
            Episode(TWO, [turn("a1", "solver", "The answer is \\boxed{2}", 0.9)])]  # tp
     assert precision_recall(eps, 0.5) == {"precision": round(2 / 3, 4), "recall": round(2 / 3, 4),
                                           "verified_accuracy": 0.6}
-    assert precision_recall(eps, 0.5, role="evaluator") == {"precision": 1.0, "recall": 1.0,
+    assert precision_recall(eps, 0.5, label="evaluator") == {"precision": 1.0, "recall": 1.0,
                                                             "verified_accuracy": 1.0}
     assert precision_recall([], 0.5) == {"precision": None, "recall": None, "verified_accuracy": None}
 
