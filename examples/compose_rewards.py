@@ -40,7 +40,7 @@ def think_then_answer(agents: list[str]):
 
 def composed(specs: list[str]):
     """The sources named ``name:weight`` summed; options go to those that take them: verifier(roles), format(tags)."""
-    return build_sources(specs, roles=("solver",), tags={"think": 1})
+    return build_sources(specs, labels=("solver",), tags={"think": 1})
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     with Loop(cfg) as loop:
         tasks = loop.tasks(default=lambda: load_entries(["gsm8k:train"], limit=500))
         program = debate(get_role("generic.solver"), loop.agents, args.rounds)
-        reward = REWARD_SOURCES.get("verifier")(roles=("final",))  # earlier rounds carry no reward: not trained
+        reward = REWARD_SOURCES.get("verifier")(labels=("final",))  # earlier rounds carry no reward: not trained
         for step in loop.steps():
             loop.end_step(step, *loop.run_step(step, [Phase("debate", loop.batch(tasks, step), program, reward)]))
 

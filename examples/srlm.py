@@ -47,10 +47,10 @@ def preference_pairs(episodes: list[Episode]) -> RewardResult:
     the worst answer (if they differ) is a DPO pair, kept in the episode's ``meta["pair"]``."""
     out, right, fails = [], [], []
     for ep in episodes:
-        judges = [j for j in ep.turns if j.role == "judge"]
+        judges = [j for j in ep.turns if j.label == "judge"]
         fails += [not j.parsed.ok for j in judges]
         out.append(rewards := {i: mean(j.parsed.value for j in judges if j.refs["solution"] == i)  # unparsed: left out
-                               if a.role == "solver" else None for i, a in enumerate(ep.turns)})
+                               if a.label == "solver" else None for i, a in enumerate(ep.turns)})
         ranked = sorted((i for i in rewards if rewards[i] is not None), key=rewards.get)
         if len(ranked) > 1 and rewards[ranked[-1]] > rewards[ranked[0]]:
             best, worst = ep.turns[ranked[-1]], ep.turns[ranked[0]]

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     with Loop(cfg) as loop:
         tasks = loop.tasks(default=lambda: load_entries(["gsm8k:test"], limit=500))  # test-time: the test questions
         program = sample(get_role("generic.solver"), loop.agents[0], args.samples)
-        reward = REWARD_SOURCES.get("majority_vote")(roles=("solver",))
+        reward = REWARD_SOURCES.get("majority_vote")(labels=("solver",))
         for step in loop.steps():
             loop.end_step(step, *loop.run_step(step, [Phase("ttrl", loop.batch(tasks, step), program, reward)]))
 

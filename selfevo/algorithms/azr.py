@@ -175,7 +175,7 @@ def learning_rule(p: AZRProtocolCfg) -> UpdateSpec:
     the proposer and solver turns that train (``protocol.train_proposer``, ``train_solver``), advantages normalised
     per label: six baselines, one per (kind, propose | solve); the estimate rollouts never train."""
     trained = {PROPOSE: p.train_proposer, SOLVE: p.train_solver}
-    return UpdateSpec(group_by=lambda t: t.role, include=lambda t: trained.get(part_of(t.role), False))
+    return UpdateSpec(group_by=lambda t: t.label, include=lambda t: trained.get(part_of(t.label), False))
 
 
 # ---- rewards (Sec. 3.1-3.3) --------------------------------------------------------------------------------------
@@ -205,18 +205,18 @@ def propose_rewards(released_penalties: bool = False) -> RewardSource:
         out, valid, rates = [], [], []
         for ep in episodes:
             kind, rewards = ep.task.meta["azr"]["kind"], {}
-            i = next(j for j, t in enumerate(ep.turns) if t.role == label(kind, PROPOSE))
+            i = next(j for j, t in enumerate(ep.turns) if t.label == label(kind, PROPOSE))
             is_valid, r_propose = bool(ep.meta.get("valid")), 0.0
             if is_valid:
                 task = solve_task(kind, ep.meta["triplet"])
-                rate = azr_solve_rate([verify(task, t.answer).score >= 1.0 for t in ep.turns if t.role == ESTIMATE])
+                rate = azr_solve_rate([verify(task, t.answer).score >= 1.0 for t in ep.turns if t.label == ESTIMATE])
                 r_propose = azr_propose_reward(rate)
                 ep.meta["solve_rate"] = rate
                 rates.append((kind, rate))
             formatted, passable = (is_valid, is_valid and r_propose > 0) if released_penalties else \
                 (_ok(ep.turns[i]), is_valid)
             rewards[i] = azr_reward(r_propose, formatted, passable)
-            rewards.update({j: None for j, t in enumerate(ep.turns) if t.role == ESTIMATE})
+            rewards.update({j: None for j, t in enumerate(ep.turns) if t.label == ESTIMATE})
             valid.append((kind, float(is_valid)))
             out.append(rewards)
         return RewardResult(out, {**_by_kind(valid, "valid"), **_by_kind(rates, "solve_rate")})
@@ -233,7 +233,7 @@ def solve_rewards() -> RewardSource:
         out, correct = [], []
         for ep in episodes:
             kind = ep.task.meta["azr"]["kind"]
-            i = next(j for j, t in enumerate(ep.turns) if t.role == label(kind, SOLVE))
+            i = next(j for j, t in enumerate(ep.turns) if t.label == label(kind, SOLVE))
             right = verify(ep.task, ep.turns[i].answer).score >= 1.0
             correct.append((kind, float(right)))
             out.append({i: azr_reward(1.0, _ok(ep.turns[i]), right)})

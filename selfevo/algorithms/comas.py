@@ -261,7 +261,7 @@ def learning_rule(r: CoMASRewardCfg) -> UpdateSpec:
     """How CoMAS learns: REINFORCE++ (``trainer.optimizer``, :class:`CoMASCfg`'s default) on each agent's turns,
     every label's, advantages whitened over all of the agent's tokens (Eq. 10), or per label with
     ``reward.normalise=agent_role``."""
-    return UpdateSpec(group_by=(lambda t: t.role) if r.normalise == "agent_role" else None)
+    return UpdateSpec(group_by=(lambda t: t.label) if r.normalise == "agent_role" else None)
 
 
 def step_of(loop: Loop, step: int, tasks: list[Task], roles: dict, reward) -> tuple[list[Episode], dict]:

@@ -59,7 +59,7 @@ LEARNING_RULE = UpdateSpec()
 def main(cfg, command_line: list[str] | None = None) -> None:
     with Loop(cfg, command_line=command_line) as loop:
         tasks = loop.tasks(lambda: load_entries(["gsm8k:train"], limit=500))
-        reward, program = build_sources(list(cfg.reward.sources), roles=("solver",)), answer(loop.agents)
+        reward, program = build_sources(list(cfg.reward.sources), labels=("solver",)), answer(loop.agents)
         for step in loop.steps():
             phase = Phase("answer", loop.batch(tasks, step), program, reward)
             loop.end_step(step, *loop.run_step(step, [phase], [Update(spec=LEARNING_RULE)]))

@@ -125,11 +125,11 @@ def solve_program(roles: dict, n_judge: int = 1):
 
 
 # ---- admission and rewards ----------------------------------------------------------------------------------------
-def judged(ep: Episode, role: str) -> list[float | None]:
-    """The normalised Judge scores of the episode's turns of ``role`` (SAGE Eq. 2 with 1 → 0, clipped to [0, 1] as
+def judged(ep: Episode, label: str) -> list[float | None]:
+    """The normalised Judge scores of the episode's turns labelled ``label`` (SAGE Eq. 2 with 1 → 0, clipped to [0, 1] as
     the released code; None: the score did not parse), every Judge call of every such turn."""
     return [sage_norm(t.parsed.value, one_is_min=True, clip=True) if t.parsed.ok else None
-            for t in ep.turns if t.role == JUDGE and ep.turns[t.refs["target"]].role == role]
+            for t in ep.turns if t.label == JUDGE and ep.turns[t.refs["target"]].label == label]
 
 
 def mean_parsed(scores: list[float | None], unparsed: float) -> float:
@@ -166,7 +166,7 @@ def proposer_rewards(p: MAEProtocolCfg):
             r = mae_proposer_reward(ep.meta.get("quality", 0.0), ep.meta.get("difficulty", 0.0), r_f,
                                     prop.parsed.ok, p.quality_threshold, weights)
             paid.append(r)
-            out.append({0: r, **{i: None for i, t in enumerate(ep.turns) if t.role == DIFFICULTY}})
+            out.append({0: r, **{i: None for i, t in enumerate(ep.turns) if t.label == DIFFICULTY}})
         return RewardResult(out, {"proposer_reward": round(sum(paid) / len(paid), 4) if paid else None})
 
     return source
@@ -174,8 +174,8 @@ def proposer_rewards(p: MAEProtocolCfg):
 
 def reward_sources(p: MAEProtocolCfg) -> dict:
     """The propose and solve phases' reward sources; every Judge turn is paid its format r_f."""
-    def fmt(role: str, phase: str):
-        return labelled(REWARD_SOURCES.get("format")(FORMAT_TAGS[role], [role]), f"{phase}.{role}_")
+    def fmt(label: str, phase: str):
+        return labelled(REWARD_SOURCES.get("format")(FORMAT_TAGS[label], [label]), f"{phase}.{label}_")
 
     judge_score = REWARD_SOURCES.get("critic_score")(JUDGE, "target", True, p.unparsed_score, clip=True)
     w = p.solver_judge_weight
@@ -208,7 +208,7 @@ def learning_rule(p: MAEProtocolCfg) -> UpdateSpec:
     every trained role (``protocol.train_<role>``), advantages normalised per label (the difficulty answers carry
     no reward and never train)."""
     trained = {r for r in ROLES if getattr(p, f"train_{r}")}
-    return UpdateSpec(group_by=lambda t: t.role, include=lambda t: t.role in trained)
+    return UpdateSpec(group_by=lambda t: t.label, include=lambda t: t.label in trained)
 
 
 def main(cfg, command_line: list[str] | None = None) -> None:

@@ -195,7 +195,7 @@ def note_finals(verdict):
     def after(episodes: list[Episode]) -> dict:
         for ep in episodes:
             for t in ep.turns:
-                if t.role == "central_sample":
+                if t.label == "central_sample":
                     shown = [ep.turns[t.refs[f"candidate_{j}"]] for j in range(_slate_size(t))]
                     t.meta["slate_finals"] = [verdict(ep.task, c.text).extracted for c in shown]
         return {}
@@ -221,7 +221,7 @@ def step_of(loop: Loop, step: int, tasks: list[Task], executors: list, reward) -
         updates.append(Update(agents=trained, optimizer=OPTIMIZERS.get(EXECUTOR_OPTIMIZER)(cfg.trainer)))
 
     def metrics(episodes: list[Episode]) -> dict:
-        sampled = [t.reward for e in episodes for t in e.turns if t.role == "central_sample"]
+        sampled = [t.reward for e in episodes for t in e.turns if t.label == "central_sample"]
         return {"accuracy": mean(verdict(ep.task, ep.meta["final"]).score >= 1.0 for ep in episodes),
                 **maestro_metrics([ep.meta["rounds"] for ep in episodes], cfg.protocol.rounds),
                 "samples": {"reward": mean(sampled)}}
@@ -251,12 +251,12 @@ def central_spec(tokenizer, optimizer: Optimizer, chained: bool) -> UpdateSpec:
 def reward_source(cfg):
     """The slate reward of the central samples (metrics under ``samples``) and, when the executors train, their
     candidates' verifier reward (``executor_accuracy``)."""
-    central = build_sources([{"name": "slate", "role": "central_sample", "credit_refs": ["rationale"],
+    central = build_sources([{"name": "slate", "label": "central_sample", "credit_refs": ["rationale"],
                               "on_parse_failure": cfg.reward.on_parse_failure,
                               "rationale_weight": cfg.reward.rationale_weight}])
     if not cfg.protocol.train_executors:
         return labelled(central, section="samples")
-    executors = build_sources([{"name": "verifier", "roles": ["execution"]}])
+    executors = build_sources([{"name": "verifier", "labels": ["execution"]}])
     return weighted_sum([(1.0, labelled(central, section="samples")), (1.0, labelled(executors, "executor_"))])
 
 

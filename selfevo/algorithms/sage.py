@@ -228,18 +228,18 @@ def admit(ep: Episode, pool: QuestionPool, p: SageProtocolCfg, step: int) -> Adm
     pool. The verifier is valid when :func:`validate_item` (math: the answer parses; code: format, the reference
     passes twice) and :func:`check_generated` (no words in a math answer, no answer in the question, a reference
     that verifies against itself) accept it."""
-    ch = [t for t in ep.turns if t.role == CHALLENGER][-1]
+    ch = [t for t in ep.turns if t.label == CHALLENGER][-1]
     if not ch.parsed.ok:
         return Admission("format")
     new = ch.parsed.value
-    critic = next(t for t in ep.turns if t.role == CRITIC)
+    critic = next(t for t in ep.turns if t.label == CRITIC)
     s_q = sage_norm(critic.parsed.value if critic.parsed.ok else None, one_is_min=not p.norm_one_is_max)
     if s_q < p.alpha:
         return Admission("low quality", s_q)
     reason = prescreen(new)[0] or validate_item(new)
     if reason is not None:
         return Admission(reason, s_q, valid=False)
-    r_d = sage_difficulty([verify(new, t.text).score for t in ep.turns if t.role == DIFFICULTY])
+    r_d = sage_difficulty([verify(new, t.text).score for t in ep.turns if t.label == DIFFICULTY])
     if pool.contains(new.question):
         return Admission("duplicate", s_q, True, r_d, duplicate=True)
     if p.difficulty_filter and not p.min_difficulty <= r_d <= p.max_difficulty:
@@ -261,7 +261,7 @@ def _rf(turn: Turn, domain: str) -> float:
     """r_f: :func:`soft_format_reward` of a turn's whole answer (prefix included; a staged Challenger's chained
     answer is in ``meta["full_answer"]``) with its role's tags (a difficulty sample's: the Solver's)."""
     answer = turn.meta.get("full_answer", turn.answer)
-    return soft_format_reward(answer, format_tags(turn.role if turn.role != DIFFICULTY else SOLVER, domain))
+    return soft_format_reward(answer, format_tags(turn.label if turn.label != DIFFICULTY else SOLVER, domain))
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -279,17 +279,17 @@ def challenge_rewards(p: SageProtocolCfg, admissions: Mapping[str, Admission]) -
         out, formats = [], {CHALLENGER: [], CRITIC: []}
         for ep in episodes:
             domain, seen = ep.task.domain, admissions[ep.key]
-            stages = [i for i, t in enumerate(ep.turns) if t.role == CHALLENGER]
+            stages = [i for i, t in enumerate(ep.turns) if t.label == CHALLENGER]
             r_f = _rf(ep.turns[stages[-1]], domain)
             formats[CHALLENGER].append(r_f)
             r_c = sage_challenger_reward(seen.s_q or 0.0, seen.r_d if seen.r_d is not None else 0.0, r_f,
                                          seen.credited(p.pay_duplicates), p.alpha)
             rewards: dict[int, float | None] = {i: r_c for i in stages}
             for i, t in enumerate(ep.turns):
-                if t.role == CRITIC:
+                if t.label == CRITIC:
                     rewards[i] = sage_critic_reward(_rf(t, domain))
                     formats[CRITIC].append(rewards[i])
-                elif t.role != CHALLENGER:
+                elif t.label != CHALLENGER:
                     rewards[i] = None  # difficulty samples: measured, not trained
             out.append(rewards)
         return RewardResult(out, {f"format.{k}": _mean(v) for k, v in formats.items()})
@@ -307,18 +307,18 @@ def plan_solve_rewards(p: SageProtocolCfg) -> RewardSource:
         out, correct = [], []
         formats: dict[str, list[float]] = {PLANNER: [], SOLVER: [], CRITIC: []}
         for ep in episodes:
-            domain, by_role = ep.task.domain, {t.role: i for i, t in enumerate(ep.turns)}
+            domain, by_label = ep.task.domain, {t.label: i for i, t in enumerate(ep.turns)}
             rewards: dict[int, float | None] = {}
-            s_p = _score(ep.turns[by_role[CRITIC]], one_is_min) if CRITIC in by_role else None
-            if PLANNER in by_role:
-                i = by_role[PLANNER]
+            s_p = _score(ep.turns[by_label[CRITIC]], one_is_min) if CRITIC in by_label else None
+            if PLANNER in by_label:
+                i = by_label[PLANNER]
                 formats[PLANNER].append(r_f := _rf(ep.turns[i], domain))
                 rewards[i] = sage_planner_reward(s_p, r_f, p.lambda_plan, p.lambda_f)
-            if CRITIC in by_role:
-                i = by_role[CRITIC]
+            if CRITIC in by_label:
+                i = by_label[CRITIC]
                 rewards[i] = sage_critic_reward(_rf(ep.turns[i], domain))
                 formats[CRITIC].append(rewards[i])
-            i = by_role[SOLVER]
+            i = by_label[SOLVER]
             s_gt = float(verify(ep.task, ep.turns[i].text).score)
             formats[SOLVER].append(r_f := _rf(ep.turns[i], domain))
             correct.append(s_gt >= 1.0)
@@ -368,7 +368,7 @@ def learning_rule(p: SageProtocolCfg) -> UpdateSpec:
     the turns of every trained role (``protocol.train_<role>``), advantages normalised per label: a baseline per
     role (the difficulty samples carry no reward and never train)."""
     trained = {r for r in ROLES if getattr(p, f"train_{r}")}
-    return UpdateSpec(group_by=lambda t: t.role, include=lambda t: t.role in trained)
+    return UpdateSpec(group_by=lambda t: t.label, include=lambda t: t.label in trained)
 
 
 def main(cfg, command_line: list[str] | None = None) -> None:

@@ -34,11 +34,6 @@ class Turn:
     refs: dict[str, int] = field(default_factory=dict)
 
     @property
-    def role(self) -> str:
-        """Deprecated name of :attr:`label`, kept while callers move to it."""
-        return self.label
-
-    @property
     def text(self) -> str:
         return self.completion.text
 

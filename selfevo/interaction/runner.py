@@ -75,11 +75,6 @@ class Ask:
     slot: int | None = None
     stop: tuple[str, ...] = ()
 
-    @property
-    def role(self) -> str:
-        """Deprecated name of :attr:`label`, kept while callers move to it."""
-        return self.label
-
 
 def ask(role: Role, agent: str | None, task: Task, *, label: str | None = None, round: int | None = 0,
         refs: dict[str, Any] | None = None, meta: dict[str, Any] | None = None, **context: Any) -> Ask:

@@ -4,21 +4,21 @@ factories, and composition (weighted sums, gates).
 A :class:`RewardResult` says, per episode, which turns (by index) get which reward; ``None`` masks a turn out of
 training, and a turn a source does not mention keeps whatever it had. :func:`assign` writes the rewards onto the
 turns. The formulas are the pure functions of :mod:`selfevo.rewards.formulas`; sources only find the turns they
-apply to, following each turn's ``role`` and ``refs`` (an evaluation's ``refs["solution"]`` is the index of the
+apply to, following each turn's ``label`` and ``refs`` (an evaluation's ``refs["solution"]`` is the index of the
 solution it judges).
 
 Registered (``REWARD_SOURCES.get(name)(**options)`` builds one):
 
-* ``interaction_scores`` — CoMAS Eq. 7-8: each scoring turn (role ``scorer`` or ``judge``) rewards itself (0, or
+* ``interaction_scores`` — CoMAS Eq. 7-8: each scoring turn (label ``scorer`` or ``judge``) rewards itself (0, or
   -1 when its score does not parse), its evaluation (``1 - r_s``) and its solution (mean over its scored pairs).
 * ``noisy_judge`` — a judge of controlled quality in the scorer's place: the verifier's verdict on the scored
   solution, kept with probability ``accuracy`` and flipped otherwise, as score 3 or 1, then Eq. 7-8 (how good
   must an LLM judge be for its rewards to teach?).
 * ``verdict_agreement`` — the CoMAS w/o-scoring ablation: solution = support ratio, evaluation = agreement.
-* ``verifier`` — turns of the given roles scored by the task's verifier (or a named one): 1.0 / 0.0.
+* ``verifier`` — turns of the given labels scored by the task's verifier (or a named one): 1.0 / 0.0.
 * ``majority_vote`` — TTRL: the answers to the same task vote; 1.0 for the majority's answer, 0.0 for the others,
   a dummy 0.5 where voting cannot apply (no answer, a tie, code); logs the pseudo-label's accuracy.
-* ``format`` — SAGE's soft format reward of a role's tagged output.
+* ``format`` — SAGE's soft format reward of tagged output (turns of the given labels).
 * ``critic_score`` — a critic's 1-10 score (SAGE Eq. 2 normalisation) as the reward of the turn it judges.
 * ``slate`` — listwise: each candidate of a selector's slate verified; the selector gets the chosen one's reward,
   and the slate's rewards are kept in the selector turn's ``meta["slate_rewards"]`` for listwise losses.
@@ -30,6 +30,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from selfevo.errors import SelfevoError
 from selfevo.interaction.episodes import Episode, Turn
 from selfevo.registry import Registry
 from selfevo.rewards.formulas import (comas_rewards, controlled_judge_score, maestro_reward, rationale_attributes, sage_norm,
@@ -38,6 +39,12 @@ from selfevo.verifiers import get_verifier, verify
 from selfevo.verifiers.voting import answer_equivalence, majority_vote
 
 TurnRewards = dict[int, "float | None"]
+# options renamed: they name turn labels, not Role objects (a spec that uses the old name fails, naming the new one)
+RENAMED_OPTIONS = {"roles": "labels", "role": "label"}
+
+
+class RewardSourceError(SelfevoError, ValueError):
+    """A reward-source spec of the config that cannot be built, said in one line."""
 
 
 def _ok(turn: Turn) -> bool:
@@ -75,18 +82,18 @@ def _rate(flags: list[bool]) -> float | None:
 
 # ---- CoMAS ------------------------------------------------------------------------------------------------------
 @REWARD_SOURCES.register("interaction_scores")
-def interaction_scores(on_parse_failure: str = "mask", roles: Sequence[str] = ("scorer", "judge")) -> RewardSource:
+def interaction_scores(on_parse_failure: str = "mask", labels: Sequence[str] = ("scorer", "judge")) -> RewardSource:
     """CoMAS Eq. 7-8 from each scoring turn's parsed 1-3 score; a solution with several scored pairs gets their
     mean (pairs whose reward is masked are left out; none left: masked)."""
 
     def source(episodes: list[Episode]) -> RewardResult:
-        return _scored_pairs(episodes, roles, lambda ep, i, t: t.parsed.value if _ok(t) else None, on_parse_failure)
+        return _scored_pairs(episodes, labels, lambda ep, i, t: t.parsed.value if _ok(t) else None, on_parse_failure)
 
     return source
 
 
 @REWARD_SOURCES.register("noisy_judge")
-def noisy_judge(accuracy: float = 1.0, seed: int | str = 0, roles: Sequence[str] = ("scorer", "judge"),
+def noisy_judge(accuracy: float = 1.0, seed: int | str = 0, labels: Sequence[str] = ("scorer", "judge"),
                 on_parse_failure: str = "mask") -> RewardSource:
     """A judge of controlled quality standing in for CoMAS's scorer: each scoring turn's score is replaced by the
     verifier's verdict on the solution it scores, kept with probability ``accuracy`` and flipped otherwise
@@ -106,22 +113,23 @@ def noisy_judge(accuracy: float = 1.0, seed: int | str = 0, roles: Sequence[str]
 
     def source(episodes: list[Episode]) -> RewardResult:
         flips.clear()
-        result = _scored_pairs(episodes, roles, score_of, on_parse_failure)
-        failures = [not _ok(t) for ep in episodes for t in ep.turns if t.role in roles]
+        result = _scored_pairs(episodes, labels, score_of, on_parse_failure)
+        failures = [not _ok(t) for ep in episodes for t in ep.turns if t.label in labels]
         return RewardResult(result.rewards, {"parse_failure_rate": _rate(failures), "judge_flip_rate": _rate(flips)})
 
     return source
 
 
-def _scored_pairs(episodes: list[Episode], roles: Sequence[str], score_of, on_parse_failure: str) -> RewardResult:
-    """Eq. 7-8 over each scoring turn (role in ``roles``) with its score ``score_of(episode, turn index, turn)`` (None: did not
-    parse): the scorer's, its evaluation's and its solution's rewards, a solution's the mean over its pairs."""
+def _scored_pairs(episodes: list[Episode], labels: Sequence[str], score_of, on_parse_failure: str) -> RewardResult:
+    """Eq. 7-8 over each scoring turn (label in ``labels``) with its score ``score_of(episode, turn index, turn)``
+    (None: did not parse): the scorer's, its evaluation's and its solution's rewards, a solution's the mean over its
+    pairs."""
     out, failures = [], []
     for ep in episodes:
         rewards: TurnRewards = {}
         pairs: dict[int, list[float | None]] = {}
         for i, t in enumerate(ep.turns):
-            if t.role not in roles:
+            if t.label not in labels:
                 continue
             score = score_of(ep, i, t)
             failures.append(score is None)
@@ -137,7 +145,7 @@ def _scored_pairs(episodes: list[Episode], roles: Sequence[str], score_of, on_pa
 
 
 @REWARD_SOURCES.register("verdict_agreement")
-def verdict_agreement_source(on_parse_failure: str = "mask", role: str = "evaluator") -> RewardSource:
+def verdict_agreement_source(on_parse_failure: str = "mask", label: str = "evaluator") -> RewardSource:
     """CoMAS w/o scoring: a solution's reward is the share of its parsed verdicts that support it; an
     evaluation's is its agreement with the other verdicts on the same solution (unparsed: masked, or 0)."""
     failed = 0.0 if on_parse_failure == "zero" else None
@@ -148,7 +156,7 @@ def verdict_agreement_source(on_parse_failure: str = "mask", role: str = "evalua
             rewards: TurnRewards = {}
             by_solution: dict[int, list[int]] = {}
             for i, t in enumerate(ep.turns):
-                if t.role == role:
+                if t.label == label:
                     by_solution.setdefault(t.refs["solution"], []).append(i)
             for sol, evals in by_solution.items():
                 verdicts = [ep.turns[i].parsed.value if _ok(ep.turns[i]) else None for i in evals]
@@ -164,9 +172,9 @@ def verdict_agreement_source(on_parse_failure: str = "mask", role: str = "evalua
 
 # ---- verifiers, format, critics, slates ------------------------------------------------------------------------
 @REWARD_SOURCES.register("verifier")
-def verifier_source(roles: Sequence[str] = ("solver",), verifier: str | None = None) -> RewardSource:
+def verifier_source(labels: Sequence[str] = ("solver",), verifier: str | None = None) -> RewardSource:
     """1.0 / 0.0 from the task's verifier (``task.meta["verifier"]`` or its domain; ``verifier`` forces one) for
-    every turn whose role is in ``roles``; logs ``accuracy``."""
+    every turn whose label is in ``labels``; logs ``accuracy``."""
     check = get_verifier(verifier) if verifier else verify
 
     def source(episodes: list[Episode]) -> RewardResult:
@@ -174,7 +182,7 @@ def verifier_source(roles: Sequence[str] = ("solver",), verifier: str | None = N
         for ep in episodes:
             rewards: TurnRewards = {}
             for i, t in enumerate(ep.turns):
-                if t.role in roles:
+                if t.label in labels:
                     score = check(ep.task, t.text).score
                     rewards[i] = float(score)
                     correct.append(score >= 1.0)
@@ -185,9 +193,9 @@ def verifier_source(roles: Sequence[str] = ("solver",), verifier: str | None = N
 
 
 @REWARD_SOURCES.register("majority_vote")
-def majority_vote_source(roles: Sequence[str] = ("solver",), dummy: float | None = 0.5,
+def majority_vote_source(labels: Sequence[str] = ("solver",), dummy: float | None = 0.5,
                          dummy_verifiers: Sequence[str] = ("code",), break_ties: bool = False) -> RewardSource:
-    """TTRL (test-time RL; CoMAS's TTRL baseline): no ground truth. The turns of ``roles`` on the same task (by task
+    """TTRL (test-time RL; CoMAS's TTRL baseline): no ground truth. The turns of ``labels`` on the same task (by task
     id, over all the episodes given: several answers in one episode, or ``trainer.prompt_reuse`` episodes) are a
     vote: their answers (the task's verifier's ``extracted``) are grouped by
     :func:`~selfevo.verifiers.voting.majority_vote` (normalised text; math equivalence on math tasks); the largest
@@ -205,27 +213,27 @@ def majority_vote_source(roles: Sequence[str] = ("solver",), dummy: float | None
         groups: dict[str, list[tuple[int, int]]] = {}
         for e, ep in enumerate(episodes):
             for i, t in enumerate(ep.turns):
-                if t.role in roles:
+                if t.label in labels:
                     groups.setdefault(ep.task.id, []).append((e, i))
-        labels, dummies, correct = [], [], []
+        right_labels, dummies, correct = [], [], []
         for members in groups.values():
             task = episodes[members[0][0]].task
             turns = [episodes[e].turns[i] for e, i in members]
-            label, winners = None, set()
+            pseudo, winners = None, set()
             if str(task.meta.get("verifier") or task.domain) not in dummy_verifiers:
                 verdicts = [verify(task, t.text) for t in turns]
                 vote = majority_vote([v.extracted for v in verdicts], answer_equivalence(task))
                 top = [g for g in vote.groups if len(g) == vote.count]
                 if vote.index is not None and (break_ties or len(top) == 1):
-                    label, winners = vote.answer, set(next(g for g in vote.groups if vote.index in g))
+                    pseudo, winners = vote.answer, set(next(g for g in vote.groups if vote.index in g))
                     if _has_label(task):
-                        labels.append(verdicts[vote.index].score >= 1.0)
+                        right_labels.append(verdicts[vote.index].score >= 1.0)
                         correct += [v.score >= 1.0 for v in verdicts]
-            dummies.append(label is None)
+            dummies.append(pseudo is None)
             for k, ((e, i), t) in enumerate(zip(members, turns)):
-                out[e][i] = dummy if label is None else float(k in winners)
-                t.meta["pseudo_label"] = label
-        return RewardResult(out, {"label_accuracy": _rate(labels), "dummy_rate": _rate(dummies),
+                out[e][i] = dummy if pseudo is None else float(k in winners)
+                t.meta["pseudo_label"] = pseudo
+        return RewardResult(out, {"label_accuracy": _rate(right_labels), "dummy_rate": _rate(dummies),
                                   "accuracy": _rate(correct)})
 
     return source
@@ -236,15 +244,15 @@ def _has_label(task) -> bool:
 
 
 @REWARD_SOURCES.register("format")
-def format_source(tags: Mapping[str, int], roles: Sequence[str]) -> RewardSource:
+def format_source(tags: Mapping[str, int], labels: Sequence[str]) -> RewardSource:
     """SAGE's soft format reward (:func:`~selfevo.rewards.formulas.soft_format_reward`) of the whole answer (a
-    given prefix included): ``tags`` maps each required tag to how often it should appear; turns of ``roles``."""
+    given prefix included): ``tags`` maps each required tag to how often it should appear; turns of ``labels``."""
     tags = dict(tags)
 
     def source(episodes: list[Episode]) -> RewardResult:
         out, scores = [], []
         for ep in episodes:
-            rewards = {i: soft_format_reward(t.answer, tags) for i, t in enumerate(ep.turns) if t.role in roles}
+            rewards = {i: soft_format_reward(t.answer, tags) for i, t in enumerate(ep.turns) if t.label in labels}
             scores += list(rewards.values())
             out.append(rewards)
         return RewardResult(out, {"format": round(_mean(scores), 4) if scores else None})
@@ -253,7 +261,7 @@ def format_source(tags: Mapping[str, int], roles: Sequence[str]) -> RewardSource
 
 
 @REWARD_SOURCES.register("critic_score")
-def critic_score(role: str = "critic", ref: str = "target", one_is_min: bool = False,
+def critic_score(label: str = "critic", ref: str = "target", one_is_min: bool = False,
                  unparsed: float | None = None, clip: bool = False) -> RewardSource:
     """A critic turn's parsed 1-10 score, normalised to [0, 1] (SAGE Eq. 2; ``clip``: see
     :func:`~selfevo.rewards.formulas.sage_norm`), becomes the reward of the turn it judges (``refs[ref]``). A turn
@@ -265,7 +273,7 @@ def critic_score(role: str = "critic", ref: str = "target", one_is_min: bool = F
         for ep in episodes:
             scores: dict[int, list[float | None]] = {}
             for t in ep.turns:
-                if t.role == role and ref in t.refs:
+                if t.label == label and ref in t.refs:
                     scores.setdefault(t.refs[ref], []).append(sage_norm(t.parsed.value, one_is_min, clip)
                                                               if _ok(t) else None)
             means = {i: _mean(xs) for i, xs in scores.items()}
@@ -276,7 +284,7 @@ def critic_score(role: str = "critic", ref: str = "target", one_is_min: bool = F
 
 
 @REWARD_SOURCES.register("slate")
-def slate_source(role: str = "selector", on_parse_failure: float | None = 0.0,
+def slate_source(label: str = "selector", on_parse_failure: float | None = 0.0,
                  credit_refs: Sequence[str] = (), binary: bool = True, rationale_weight: float = 0.0) -> RewardSource:
     """Listwise slate reward: the candidates a selector turn saw (``refs["candidate_k"]``, k = 0..K-1) are verified
     against the task (each candidate turn once, however many selector turns share it); the selector's reward is its
@@ -294,7 +302,7 @@ def slate_source(role: str = "selector", on_parse_failure: float | None = 0.0,
             rewards: TurnRewards = {}
             verified: dict[int, float] = {}
             for i, t in enumerate(ep.turns):
-                if t.role != role:
+                if t.label != label:
                     continue
                 refs = [t.refs[f"candidate_{k}"] for k in range(_slate_size(t))]
                 for j in refs:
@@ -388,6 +396,8 @@ def build_sources(specs: Sequence[str | Mapping], **defaults) -> RewardSource:
         else:
             options = dict(spec)
             name, weight = options.pop("name"), options.pop("weight", 1.0)
+        for old in RENAMED_OPTIONS.keys() & (options.keys() | defaults.keys()):
+            raise RewardSourceError(f"reward source '{name}': option '{old}' is now '{RENAMED_OPTIONS[old]}'")
         factory = REWARD_SOURCES.get(name)
         params = inspect.signature(factory).parameters
         kwargs = {k: v for k, v in defaults.items() if k in params} | options

@@ -122,7 +122,7 @@ def test_a_proposal_with_too_few_inputs_is_paid_minus_1_and_never_tried():
     program = propose_program(roles, AZRProtocolCfg(induction_inputs=10))(ep := Episode(task))
     propose = next(program)
     text = _induction(2)
-    turn = Turn("azr", propose.role, Completion(Request("azr", propose.messages), [1], [2], [0.0], text, "stop"),
+    turn = Turn("azr", propose.label, Completion(Request("azr", propose.messages), [1], [2], [0.0], text, "stop"),
                 propose.parser(text))
     with pytest.raises(StopIteration):  # no solver rollouts for an invalid task
         program.send(turn)

@@ -53,7 +53,7 @@ def test_paper_protocol_batches_each_phase_and_rewards_eq7_8():
     d, proto = discussion(eng, rounds=2, evaluations=1)
     eps = proto(d, TASKS)
     assert len(eng.calls) == 6 and all(len(c) == 2 for c in eng.calls)  # 3 phases × 2 rounds, tasks batched
-    roles = [t.role for t in eps[0].turns]
+    roles = [t.label for t in eps[0].turns]
     assert roles == ["solver", "evaluator", "scorer"] * 2
     s, e, sc = eps[0].turns[:3]
     assert (s.reward, e.reward, sc.reward) == (1.0, 0.0, 0.0)  # τ=3: r(s)=(3-1)/2, r(e)=1-r(s), scorer parsed → 0
@@ -86,7 +86,7 @@ def test_without_evaluation_judges_directly():
     eng = ScriptedEngine(lambda c, i, r: "sol" if c == 0 else "<score>3</score>")
     d, proto = discussion(eng, variant="without_evaluation", rounds=1)
     eps = proto(d, TASKS)
-    assert len(eng.calls) == 2 and [t.role for t in eps[0].turns] == ["solver", "judge"]
+    assert len(eng.calls) == 2 and [t.label for t in eps[0].turns] == ["solver", "judge"]
     assert [t.reward for t in eps[0].turns] == [1.0, 0.0]
 
 
@@ -134,15 +134,15 @@ def test_released_draws_are_random_permutations_independent_for_evaluators_and_s
     eps = proto(d, tasks)
     triples = [(ep.turns[i].agent, ep.turns[ep.turns[i].refs["evaluation"]].agent,
                 ep.turns[ep.turns[i].refs["solution"]].agent) for ep in eps for i, t in enumerate(ep.turns)
-               if t.role == "scorer"]
+               if t.label == "scorer"]
     assert any(sc != ev for sc, ev, _ in triples) and any(ev == sol for _, ev, sol in triples)
     for ep in eps:  # balanced within every (episode, round): a permutation of the agents
-        assert sorted(t.agent for t in ep.turns if t.role == "evaluator") == ["a0", "a1", "a2"]
+        assert sorted(t.agent for t in ep.turns if t.label == "evaluator") == ["a0", "a1", "a2"]
     eng = ScriptedEngine(lambda c, i, r: "<score>2</score>" if c % 3 == 2 else "x")
     d, proto = discussion(eng, semantics="released", rounds=1, self_evaluation=False)
     for ep in proto(d, tasks):
         for t in ep.turns:
-            if t.role in ("evaluator", "scorer"):
+            if t.label in ("evaluator", "scorer"):
                 assert t.agent != ep.turns[t.refs["solution"]].agent
 
 

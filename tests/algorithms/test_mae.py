@@ -172,8 +172,8 @@ def test_the_programs_ask_the_judge_judge_samples_times():
     sampling, parsed = SamplingParams(32, 1.0), []
     for ep in run_episodes(MaeScriptEngine(), tasks, propose_program(roles, p.solver_samples, p.judge_samples),
                            sampling, seed=1):
-        targets = Counter(t.refs["target"] for t in ep.turns if t.role == "judge")
-        answers = [i for i, t in enumerate(ep.turns) if t.role == "difficulty"]
+        targets = Counter(t.refs["target"] for t in ep.turns if t.label == "judge")
+        answers = [i for i, t in enumerate(ep.turns) if t.label == "difficulty"]
         parsed.append(ep.turns[0].parsed.ok)
         if parsed[-1]:
             assert len(answers) == 2 and targets == {0: 3, **{i: 3 for i in answers}}
@@ -181,7 +181,7 @@ def test_the_programs_ask_the_judge_judge_samples_times():
             assert len(ep.turns) == 1  # no question: no Judge, no answers
     assert set(parsed) == {True, False}
     for ep in run_episodes(MaeScriptEngine(), tasks, solve_program(roles, p.judge_samples), sampling, seed=1):
-        assert [t.role for t in ep.turns] == ["solver", "judge", "judge", "judge"]
+        assert [t.label for t in ep.turns] == ["solver", "judge", "judge", "judge"]
         assert all(t.refs["target"] == 0 for t in ep.turns[1:])
 
 

@@ -161,7 +161,7 @@ def test_recipe_chained_selection_trains_both_stages(tmp_path, monkeypatch):
 
         def rows(turn):
             out = extras(turn)
-            seen.append((turn.role, sum(out["decision"]), sum(out["rationale"]), out["choices"].shape[0]))
+            seen.append((turn.label, sum(out["decision"]), sum(out["rationale"]), out["choices"].shape[0]))
             return out
 
         return rows

@@ -355,7 +355,7 @@ def _turn(agent, role, prompt, completion, reward):
 def test_samples_from_turns_groups_and_keep_together():
     turns = [_turn("a", "solver", [1, 2], [3], 1.0), _turn("a", "scorer", [1], [4, 5], 0.0),
              _turn("a", "solver", [6], [7, 8, 9], -1.0)]
-    s = Samples.from_turns(turns, pad_id=0, spec=UpdateSpec(group_by=lambda t: t.role,
+    s = Samples.from_turns(turns, pad_id=0, spec=UpdateSpec(group_by=lambda t: t.label,
                                                             keep_together=lambda t: t.completion.prompt_ids[0]))
     assert s.rewards.tolist() == [1.0, 0.0, -1.0]
     assert s.groups == ["solver", "scorer", "solver"]
@@ -387,7 +387,7 @@ def test_one_update_spec_reaches_the_rows_whole(store):
     p, c, _ = token_rows(store)
     turns = [_turn("a0", "solver", p[0], c[0], 1.0), _turn("a0", "scorer", p[1], c[1], 0.0),
              _turn("a0", "solver", p[2], c[2] + [c[2][-1]] * 3, -1.0)]  # a longer row: the others are padded
-    spec = UpdateSpec(group_by=lambda t: t.role, include=lambda t: t.reward != 0.0,
+    spec = UpdateSpec(group_by=lambda t: t.label, include=lambda t: t.reward != 0.0,
                       extras=lambda t: {"double": 2 * t.reward})
     train_agents(store, Optimizer(lambda st, agent, samples: seen.append(samples) or {}),
                  [Episode(Task("t", "math", "q", "1"), turns)], ["a0"], spec)

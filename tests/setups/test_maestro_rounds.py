@@ -114,7 +114,7 @@ def test_parse_failures_are_recorded_never_candidate_one():
                 assert rec["chosen"] is None and rec["select_parse_failure"] and not rec["chosen_correct"]
                 assert rec["output"] == rec["order"][0] and rec["broadcast"].endswith("made no valid selection.")
     assert seen["ok"] and seen["fail"]
-    res = REWARD_SOURCES.get("slate")(role="central_sample", on_parse_failure=-0.5)(episodes)
+    res = REWARD_SOURCES.get("slate")(label="central_sample", on_parse_failure=-0.5)(episodes)
     for ep, rewards in zip(episodes, res.rewards):
         for i, r in rewards.items():
             t = ep.turns[i]
@@ -219,12 +219,12 @@ def test_slate_source_credits_the_rationale_turn():
                                turn("central_sample", "2", pick, rationale=3, **slate),
                                turn("central_sample", "9", Parsed.failure("chose candidate 9, but the slate has 2"),
                                     rationale=4, **slate)])
-    res = REWARD_SOURCES.get("slate")(role="central_sample", on_parse_failure=-0.5, credit_refs=["rationale"])([ep])
+    res = REWARD_SOURCES.get("slate")(label="central_sample", on_parse_failure=-0.5, credit_refs=["rationale"])([ep])
     assert res.rewards == [{6: 1.0, 3: 1.0, 7: -0.5, 4: -0.5}]  # each rationale: its selector's reward
     assert all(ep.turns[i].meta["slate_rewards"] == [0.0, 1.0] for i in (3, 4, 6, 7))
     assert "slate_rewards" not in ep.turns[2].meta  # the greedy pair is not a training sample
     assert res.metrics == {"select_parse_failure_rate": 0.5, "coverage": 1.0}
-    plain = REWARD_SOURCES.get("slate")(role="central_sample", on_parse_failure=-0.5)([ep])
+    plain = REWARD_SOURCES.get("slate")(label="central_sample", on_parse_failure=-0.5)([ep])
     assert plain.rewards == [{6: 1.0, 7: -0.5}]  # without credit_refs the rationales stay unrewarded
 
 # ---- metrics ------------------------------------------------------------------------------------------------------
