@@ -42,7 +42,8 @@ from selfevo.loop import DataCfg, EvalCfg, Loop, Phase, RunCfg, TrainerCfg, Upda
 from selfevo.loop.metrics import mean
 from selfevo.optimizers import OPTIMIZERS, ClpoCfg, Optimizer, UpdateSpec
 from selfevo.optimizers.clpo import CHOICE_EXTRAS
-from selfevo.setups.maestro_rounds import MaestroProtocol, RoundsCfg, maestro_metrics
+from selfevo.setups.maestro_rounds import (CENTRAL_SAMPLE, EXECUTION, FINAL, ROUNDS, MaestroProtocol, RoundsCfg,
+                                           maestro_metrics)
 from selfevo.rewards import build_sources, labelled, weighted_sum
 from selfevo.roles.maestro import central_spans
 from selfevo.tasks import load_tasks
@@ -195,7 +196,7 @@ def note_finals(verdict):
     def after(episodes: list[Episode]) -> dict:
         for ep in episodes:
             for t in ep.turns:
-                if t.label == "central_sample":
+                if t.label == CENTRAL_SAMPLE:
                     shown = [ep.turns[t.refs[f"candidate_{j}"]] for j in range(_slate_size(t))]
                     t.meta["slate_finals"] = [verdict(ep.task, c.text).extracted for c in shown]
         return {}
@@ -221,9 +222,9 @@ def step_of(loop: Loop, step: int, tasks: list[Task], executors: list, reward) -
         updates.append(Update(agents=trained, optimizer=OPTIMIZERS.get(EXECUTOR_OPTIMIZER)(cfg.trainer)))
 
     def metrics(episodes: list[Episode]) -> dict:
-        sampled = [t.reward for e in episodes for t in e.turns if t.label == "central_sample"]
-        return {"accuracy": mean(verdict(ep.task, ep.meta["final"]).score >= 1.0 for ep in episodes),
-                **maestro_metrics([ep.meta["rounds"] for ep in episodes], cfg.protocol.rounds),
+        sampled = [t.reward for e in episodes for t in e.turns if t.label == CENTRAL_SAMPLE]
+        return {"accuracy": mean(verdict(ep.task, ep.meta[FINAL]).score >= 1.0 for ep in episodes),
+                **maestro_metrics([ep.meta[ROUNDS] for ep in episodes], cfg.protocol.rounds),
                 "samples": {"reward": mean(sampled)}}
 
     listwise = set(CHOICE_EXTRAS) <= central.row_extras  # every candidate's decision scored (CLPO's listwise form)
@@ -251,12 +252,12 @@ def central_spec(tokenizer, optimizer: Optimizer, chained: bool) -> UpdateSpec:
 def reward_source(cfg):
     """The slate reward of the central samples (metrics under ``samples``) and, when the executors train, their
     candidates' verifier reward (``executor_accuracy``)."""
-    central = build_sources([{"name": "slate", "label": "central_sample", "credit_refs": ["rationale"],
+    central = build_sources([{"name": "slate", "label": CENTRAL_SAMPLE, "credit_refs": ["rationale"],
                               "on_parse_failure": cfg.reward.on_parse_failure,
                               "rationale_weight": cfg.reward.rationale_weight}])
     if not cfg.protocol.train_executors:
         return labelled(central, section="samples")
-    executors = build_sources([{"name": "verifier", "labels": ["execution"]}])
+    executors = build_sources([{"name": "verifier", "labels": [EXECUTION]}])
     return weighted_sum([(1.0, labelled(central, section="samples")), (1.0, labelled(executors, "executor_"))])
 
 

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from selfevo.algorithms import new_task_labels
 from selfevo.algorithms.pool import NEW_TASK
 from selfevo.errors import SelfevoError
-from selfevo.setups.maestro_rounds import round_flows
+from selfevo.setups.maestro_rounds import FLOW_KEYS, ROUNDS, round_flows
 from selfevo.tasks import get_task_spec
 from selfevo.types import Task
 from selfevo.verifiers import verifier_names, verify
@@ -29,7 +29,6 @@ RUN_FILES = ("metrics.jsonl", "config.yaml", "run.json", "episodes.jsonl")
 SOLVER_LABELS = frozenset({"solver", "execution", "final", "answer", "solution"})
 CHEAP_VERIFIERS = frozenset({"math", "mcq", "numeric"})  # code runs a sandboxed subprocess per turn: not cheap
 VERIFY_LIMIT = 2000  # default: at most this many turns are verified per report (~5 ms each; the rest say so)
-ROUND_KEYS = frozenset({"parsed", "chosen", "central_final", "chosen_correct", "covered"})  # what a flow reads
 
 
 class ReportError(SelfevoError, ValueError):
@@ -176,8 +175,8 @@ def load_run(path: Path, verify: bool = True, budget: list[int] | None = None,
 
 def round_records(value: Any) -> list[dict] | None:
     """``value`` when it is one question's MAESTRO round records (a non-empty list of objects with the keys a flow
-    reads, :data:`ROUND_KEYS`), else None."""
-    if isinstance(value, list) and value and all(isinstance(r, dict) and ROUND_KEYS <= r.keys() for r in value):
+    reads, :data:`~selfevo.setups.maestro_rounds.FLOW_KEYS`), else None."""
+    if isinstance(value, list) and value and all(isinstance(r, dict) and FLOW_KEYS <= r.keys() for r in value):
         return value
     return None
 
@@ -189,12 +188,12 @@ def flows_of(records: list[Any]) -> dict[str, Any] | None:
 
 
 def run_flows(by_step: dict[Any, list[dict]]) -> dict[str, Any] | None:
-    """A MAESTRO run's flows between rounds (episodes' ``rounds``): ``all`` steps together and per step
-    (``steps``: ``{"step", "flow"}``); None for a run whose episodes have no round records."""
-    every = flows_of([e.get("rounds") for episodes in by_step.values() for e in episodes])
+    """A MAESTRO run's flows between rounds (the episodes' round records, under ``ROUNDS``): ``all`` steps together
+    and per step (``steps``: ``{"step", "flow"}``); None for a run whose episodes have no round records."""
+    every = flows_of([e.get(ROUNDS) for episodes in by_step.values() for e in episodes])
     if every is None:
         return None
-    steps = [{"step": step, "flow": flows_of([e.get("rounds") for e in episodes])}
+    steps = [{"step": step, "flow": flows_of([e.get(ROUNDS) for e in episodes])}
              for step, episodes in by_step.items()]
     return {"all": every, "steps": [s for s in steps if s["flow"] is not None]}
 
@@ -223,7 +222,7 @@ def attach_verdicts(episodes: list[dict], budget: list[int] | None, enabled: boo
         for turn in episode.get("turns") or []:
             if not isinstance(turn, dict):
                 continue
-            label = turn.get("role")
+            label = turn.get("role")  # episodes.jsonl records a turn's label under the key role (Turn.to_json)
             if label in SOLVER_LABELS:
                 task = {"id": episode.get("task_id", ""), "question": episode.get("question", ""),
                         "reference": episode.get("reference", "")}
@@ -278,7 +277,7 @@ def load_eval(path: Path) -> dict[str, Any]:
         items_path = folder / "items.jsonl"
         items = [clean(i) for i in read_jsonl(items_path, "items")] if items_path.is_file() else []
         infos = [i.get("info") for i in items]
-        flows = flows_of([info.get("rounds") if isinstance(info, dict) else None for info in infos])
+        flows = flows_of([info.get(ROUNDS) if isinstance(info, dict) else None for info in infos])
         combos.append({"name": folder.name if folder != path else path.name, "results": clean(results),
                        "items": items, "flows": flows})
     summary = read_json(path / "summary.json") if (path / "summary.json").is_file() else None

@@ -422,6 +422,7 @@
   }
 
   // ---- tab: transcripts ------------------------------------------------------------------------------------------
+  // a turn of episodes.jsonl records its label under the key 'role' (Turn.to_json)
   var TURN_KEYS = ['agent', 'role', 'round', 'reward', 'messages', 'text', 'parsed_ok', 'parse_error', 'tokens',
                    'finish_reason', 'verdict', 'verdict_note'];
   var EPISODE_KEYS = ['step', 'task_id', 'domain', 'question', 'reference', 'turns'];
@@ -561,7 +562,7 @@
     var agents = Array.from(new Set(turns.map(function (x) { return String(x.t.agent); })));
     var shown = turns.filter(function (x) { return (!tstate.role || String(x.t.role) === tstate.role) && (!tstate.agent || String(x.t.agent) === tstate.agent); });
     append(tab, el('div', {class: 'controls'},
-      el('label', {}, 'role'), select([{value: '', label: 'all roles'}].concat(roles.map(function (r) { return {value: r, label: r}; })), tstate.role,
+      el('label', {}, 'label'), select([{value: '', label: 'all labels'}].concat(roles.map(function (r) { return {value: r, label: r}; })), tstate.role,
         function (v) { go({role: v, turnPage: 0}); }, {id: 'pick-role'}),
       el('label', {}, 'agent'), select([{value: '', label: 'all agents'}].concat(agents.map(function (a) { return {value: a, label: a}; })), tstate.agent,
         function (v) { go({agent: v, turnPage: 0}); }, {id: 'pick-agent'}),
@@ -670,7 +671,8 @@
     responses.forEach(function (r, i) {
       append(holder, el('div', {class: 'turn eval-response'},
         el('div', {class: 'turn-head'}, el('span', {class: 'muted'}, '#' + i), el('span', {class: 'turn-agent'}, String(r.agent === null ? 'base model' : r.agent)),
-          el('span', {class: 'turn-role'}, String(r.role)), el('span', {class: 'muted'}, 'engine call ' + fmt(r.step)),
+          el('span', {class: 'turn-role'}, String(r.label !== undefined ? r.label : r.role)),  // role, step: eval folders written before label, wave
+          el('span', {class: 'muted'}, 'wave ' + fmt(r.wave !== undefined ? r.wave : r.step)),
           r.round !== null && r.round !== undefined ? el('span', {class: 'muted'}, 'round ' + r.round) : null,
           el('span', {class: 'muted'}, fmt(r.n_tokens) + ' tokens'),
           r.finish_reason === 'length' ? badge('warn', 'cut at token limit') : el('span', {class: 'muted'}, 'finish: ' + r.finish_reason)),

@@ -31,7 +31,7 @@ from functools import cached_property
 from typing import Any
 
 from selfevo.config import opt
-from selfevo.setups.maestro_rounds import MaestroProtocol, RoundsCfg, maestro_metrics, read_replay
+from selfevo.setups.maestro_rounds import FINAL, ROUNDS, MaestroProtocol, RoundsCfg, maestro_metrics, read_replay
 from selfevo.setups.base import SETUPS, Episode, Setup, SetupError
 
 __all__ = ["MaestroOptions", "MaestroSelect"]
@@ -100,7 +100,7 @@ class MaestroSelect(Setup):
 
     def solve(self, ep: Episode):
         yield from self.protocol.program(ep)
-        self.finish(ep, ep.meta.pop("final"), rounds=ep.meta.pop("rounds"))
+        self.finish(ep, ep.meta.pop(FINAL), **{ROUNDS: ep.meta.pop(ROUNDS)})
 
     def metrics(self, tasks, results) -> dict[str, Any]:
-        return maestro_metrics([res.info["rounds"] for res in results], self.opts.rounds)
+        return maestro_metrics([res.info[ROUNDS] for res in results], self.opts.rounds)

@@ -20,8 +20,9 @@ Per round t = 1..R, every episode (task) of the batch in lockstep, one engine ca
    conditions round t + 1. A central output that does not parse is a recorded failure (``chosen`` None, counted a
    wrong pick); the round's *output* then falls back to the first displayed candidate (``output_accuracy`` only).
 
-Each episode ends with ``ep.meta["rounds"]`` (one record per round, see :func:`round_record`) and
-``ep.meta["final"]`` (the last round's output text). :func:`maestro_metrics` turns the records into coverage p_t,
+Each episode ends with ``ep.meta[ROUNDS]`` (one record per round, see :func:`round_record`) and
+``ep.meta[FINAL]`` (the last round's output text); readers (the recipe, the setup, ``selfevo report``) use these
+names, never the strings. :func:`maestro_metrics` turns the records into coverage p_t,
 identification q_t, accuracy and the selection parse-failure rate, per round and overall; :func:`round_flows` into
 the flow of answers from round to round (correct → wrong, ...: ``selfevo report`` draws it as a Sankey figure).
 """
@@ -42,6 +43,13 @@ from selfevo.types import Task
 from selfevo.verifiers.voting import answer_equivalence, majority_vote
 
 MODES = ("select", "gen", "gen_sc")
+# the turn labels of the rounds: the executors' candidates, the central agent's greedy decision, its training samples
+EXECUTION, CENTRAL, CENTRAL_SAMPLE = "execution", "central", "central_sample"
+# the episode keys (``ep.meta``) an episode ends with, logged under these names in ``episodes.jsonl`` (and, in a
+# setup run, in each item's ``info``): its round records and the last round's output text
+ROUNDS, FINAL = "rounds", "final"
+# the keys of a round record that :func:`round_state` reads (``selfevo report`` draws flows only from such records)
+FLOW_KEYS = frozenset({"parsed", "chosen", "central_final", "chosen_correct", "covered"})
 STAGE2_STOP = ("\n", " ", ":", ".", ",", ")", ";")  # chained selection: the number ends at the first of these
 
 
@@ -126,7 +134,7 @@ class MaestroProtocol:
                 for j in range(k):
                     base = rnd == 1 or self.explore(ep, rnd, a * k + j)
                     ctx = {} if base else {"history": previous[a], "broadcast": feedback}
-                    one = ask(self.executors[a], self.executor_agents[a], t, label="execution", round=rnd,
+                    one = ask(self.executors[a], self.executor_agents[a], t, label=EXECUTION, round=rnd,
                               meta={"agent_index": a, "explore": rnd > 1 and base}, **ctx)
                     if not base and self.cfg.revision_temperature is not None:  # App. C.1: revision prompts at 0.3
                         one = dataclasses.replace(one, temperature=self.cfg.revision_temperature)
@@ -150,7 +158,7 @@ class MaestroProtocol:
             feedback, final = record.pop("_broadcast"), record.pop("_output_text")
             record["broadcast"] = feedback
             records.append(record)
-        ep.meta["rounds"], ep.meta["final"] = records, final
+        ep.meta[ROUNDS], ep.meta[FINAL] = records, final
 
     def replayed(self, task: Task, asks: list) -> list["Replayed"]:
         """Round 1's candidates from ``replay`` instead of the engine: every central agent compared on the very same
@@ -167,12 +175,12 @@ class MaestroProtocol:
         role = self.central[answer_format(task) != BOXED_FORMAT]
         refs = {f"candidate_{j}": c for j, c in enumerate(shown) if not isinstance(c, Replayed)}
         texts = [c.text for c in shown]
-        one = ask(role, self.central_agent, task, label="central", round=rnd, refs=refs, candidates=texts)
+        one = ask(role, self.central_agent, task, label=CENTRAL, round=rnd, refs=refs, candidates=texts)
         if self.cfg.central_mode == "gen_sc":  # sampled at the runner's temperature
             return [dataclasses.replace(one, temperature=None, meta={"sample": g}) for g in range(self.cfg.sc_samples)]
         if not self.samples or self.cfg.central_mode != "select":
             return one
-        extra = [dataclasses.replace(one, label="central_sample", temperature=self.sample_temperature,
+        extra = [dataclasses.replace(one, label=CENTRAL_SAMPLE, temperature=self.sample_temperature,
                                      meta={"sample": g, "slate": f"{ep.key}|r{rnd}"}, refs=dict(refs))
                  for g in range(self.samples)]
         return [one, *extra]
@@ -253,7 +261,7 @@ def read_replay(path: str) -> dict[str, list[str]]:
             try:
                 item = json.loads(line)
                 turns = sorted((r for r in item["responses"]  # "role": items written before the key "label"
-                                if r.get("label", r.get("role")) == "execution" and r["round"] == 1),
+                                if r.get("label", r.get("role")) == EXECUTION and r["round"] == 1),
                                key=lambda r: r["slot"])
                 out[item["id"]] = [r["text"] for r in turns]
             except (ValueError, KeyError, TypeError) as exc:

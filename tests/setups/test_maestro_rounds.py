@@ -7,8 +7,10 @@ import pytest
 
 from helpers.maestro_engine import ScriptEngine, script
 from selfevo.interaction import Episode, Runner, Turn
-from selfevo.setups.maestro_rounds import (STAGE2_STOP, MaestroProtocol, RoundsCfg, coverage_identification,
-                                       maestro_metrics, round_flows, round_state, with_final)
+from selfevo.setups.maestro_rounds import (FINAL, FLOW_KEYS, ROUNDS, STAGE2_STOP, MaestroProtocol, RoundsCfg,
+                                           coverage_identification, maestro_metrics, round_flows, round_state,
+                                           with_final)
+from selfevo.report.load import round_records
 from selfevo.rewards import REWARD_SOURCES
 from selfevo.roles.base import Parsed
 from selfevo.roles.maestro import Central, Selection
@@ -67,6 +69,17 @@ def test_protocol_shape_batching_broadcast_and_own_history():
         last = ep.meta["rounds"][-1]  # the final response: the chosen candidate, "" after a parse failure (strict)
         want = ep.turns[8 + last["chosen"]].text if last["chosen"] is not None else ""
         assert ep.meta["final"] == want
+
+
+def test_every_mode_ends_with_round_records_a_report_draws():
+    """The episode keys are spelled once (ROUNDS, FINAL); ``selfevo report`` draws a flow only from round records
+    with FLOW_KEYS (:func:`selfevo.report.load.round_records`), so every central mode's records carry them."""
+    for mode in ("select", "gen", "gen_sc"):
+        _, episodes = run_protocol([add_task(1)], central_mode=mode, sc_samples=3)
+        meta = episodes[0].meta
+        assert {ROUNDS, FINAL} <= meta.keys() and isinstance(meta[FINAL], str), mode
+        assert len(meta[ROUNDS]) == 2 and all(FLOW_KEYS <= r.keys() for r in meta[ROUNDS]), mode
+        assert round_records(meta[ROUNDS]) is meta[ROUNDS], mode
 
 
 def test_epsilon_one_gives_base_prompts_and_no_samples_without_training():
