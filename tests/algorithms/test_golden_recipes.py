@@ -108,6 +108,7 @@ def test_one_maestro_step_is_pinned(tmp_path):
     _compare(got, "maestro_step")
 
 
+@pytest.mark.slow  # two MAESTRO steps (about 16 s) compared with each other, not a pin
 def test_maestro_step_without_dropout_is_the_same_with_shared_prompts(tmp_path):
     sums = []
     for shared in ("true", "false"):
