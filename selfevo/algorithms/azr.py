@@ -13,8 +13,8 @@ in the sandbox (:func:`~selfevo.verifiers.azr.validate_proposal`: runs, twice al
 processes, no banned word, literal inputs); a valid one gets n solver rollouts (its r̄_solve, Eq. 4) and enters the
 kind's buffer; (2) solve phase — B solve tasks per kind: this step's new valid triplets first, then triplets drawn
 from the buffer; (3) rewards Eq. 4-6 (:func:`propose_rewards`, :func:`solve_rewards`); (4) one Task-Relative REINFORCE++ update of the one
-adapter, advantages normalised per (kind, role): six baselines. The buffers start from the identity triplet and are
-saved with the checkpoint (``RUN_DIR/buffers.json``).
+adapter, advantages normalised per label (kind and part): six baselines. The buffers start from the identity triplet
+and are saved with the checkpoint (``RUN_DIR/buffers.json``).
 """
 from __future__ import annotations
 

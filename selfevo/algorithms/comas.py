@@ -56,7 +56,7 @@ class CoMASProtocolCfg:
 class CoMASRewardCfg:
     on_parse_failure: str = opt("mask", "unparsable score: mask solver/evaluator samples, or 0 (released code)",
                                 choices=("mask", "zero"))
-    normalise: str = opt("agent", "advantage whitening per agent (Eq. 10) or per agent and role",
+    normalise: str = opt("agent", "advantage whitening per agent (Eq. 10) or per agent and turn label",
                          choices=("agent", "agent_role"))
     correct_threshold: float = opt(0.5, "solution reward ≥ this counts as 'predicted correct' (App. G)", ge=0, le=1)
     sources: list[str] = opt([], "extra reward sources added to the variant's (name or name:weight)")

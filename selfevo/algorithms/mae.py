@@ -16,7 +16,7 @@ and it is new (``pool.jsonl``, saved with the checkpoint); (2) solve phase — `
 from the pool (after admission); the Solver answers, the Judge scores the answer; (3) rewards: Proposer
 ``mae_proposer_reward`` (:mod:`selfevo.rewards.formulas`), Solver ``w V_J + (1 − w) r_f`` (``critic_score`` and
 ``format`` sources), Judge its own format r_f; (4) one Task-Relative REINFORCE++ update of the shared adapter over
-every role's turns, advantages normalised per role.
+every role's turns, advantages normalised per turn label.
 
 Where the paper is silent, and what this recipe does (the released code's choice where it has one):
 * weights of the Proposer's three terms — 1/3 each; below the threshold the difficulty term is dropped, not
@@ -126,8 +126,8 @@ def solve_program(roles: dict, n_judge: int = 1):
 
 # ---- admission and rewards ----------------------------------------------------------------------------------------
 def judged(ep: Episode, label: str) -> list[float | None]:
-    """The normalised Judge scores of the episode's turns labelled ``label`` (SAGE Eq. 2 with 1 → 0, clipped to [0, 1] as
-    the released code; None: the score did not parse), every Judge call of every such turn."""
+    """The normalised Judge scores of the episode's turns labelled ``label`` (SAGE Eq. 2 with 1 → 0, clipped to
+    [0, 1] as the released code; None: the score did not parse), every Judge call of every such turn."""
     return [sage_norm(t.parsed.value, one_is_min=True, clip=True) if t.parsed.ok else None
             for t in ep.turns if t.label == JUDGE and ep.turns[t.refs["target"]].label == label]
 
@@ -186,7 +186,8 @@ def reward_sources(p: MAEProtocolCfg) -> dict:
 # ---- the loop ---------------------------------------------------------------------------------------------------
 def step_of(loop: Loop, step: int, pool: QuestionPool, roles: dict, rewards: dict) -> tuple[list, dict]:
     """The propose phase on reference items drawn from the pool, admission right after it, the solve phase on items
-    drawn from the pool as admission left it; rewards; one update of every trained role's turns, per-role baselines."""
+    drawn from the pool as admission left it; rewards; one update of every trained role's turns, a baseline per
+    turn label."""
     p = loop.cfg.protocol
     rng = random.Random(f"{loop.cfg.seed}/{step}/pool")
     refs = pool.sample(rng, p.proposals) if p.proposals else []

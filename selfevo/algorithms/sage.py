@@ -14,7 +14,7 @@ parses; code: the reference solution passes its own tests twice in the sandbox a
 function) and it is new; (2) plan-solve phase — ``trainer.tasks_per_step`` items drawn from the pool; the Planner
 plans, the Critic scores the plan (s_p), the Solver answers with the plan iff s_p ≥ β; (3) rewards Eq. 5-13
 (:func:`challenge_rewards` from each challenge episode's :class:`Admission`, :func:`plan_solve_rewards`); (4) one Task-Relative REINFORCE++ update of the shared adapter over every role's turns,
-advantages normalised per role (Eq. 1). The pool is saved with the checkpoint (``RUN_DIR/pool.jsonl``).
+advantages normalised per turn label (Eq. 1). The pool is saved with the checkpoint (``RUN_DIR/pool.jsonl``).
 """
 from __future__ import annotations
 
@@ -344,7 +344,7 @@ def step_of(loop: Loop, step: int, pool: QuestionPool, cast: Cast) -> tuple[list
     right after it (each episode's :class:`Admission` logged in its meta and paid by :func:`challenge_rewards`),
     then the plan-solve phase on items drawn from the pool as admission left it (line 16; drawn before the
     challenge phase with ``protocol.sample_after_admission=false``); rewards; one Task-Relative REINFORCE++ update
-    of every trained role's turns, advantages normalised per role."""
+    of every trained role's turns, advantages normalised per turn label."""
     p = loop.cfg.protocol
     rng = random.Random(f"{loop.cfg.seed}/{step}/pool")
     refs = pool.sample(rng, p.challenges) if p.challenges else []
