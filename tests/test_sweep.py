@@ -124,6 +124,16 @@ def test_a_changed_sweep_file_does_not_reuse_a_run(tmp_path):
         spec.check_same_run(where, OmegaConf.create({"seed": 0, "trainer": {"lr": 0.2}, "resume": False}))
 
 
+def test_a_run_from_before_a_key_was_renamed_is_the_same_run(tmp_path):
+    """config.yaml written with the old key (agents, renamed n_agents) matches a config that says n_agents."""
+    where = tmp_path / "run"
+    where.mkdir()
+    (where / "config.yaml").write_text("seed: 0\nagents: 2\n")
+    spec.check_same_run(where, OmegaConf.create({"seed": 0, "n_agents": 2}))
+    with pytest.raises(spec.ConfigError, match="says 3"):
+        spec.check_same_run(where, OmegaConf.create({"seed": 0, "n_agents": 3}))
+
+
 def _fake_eval(folder: Path, correct: list[int], answers: list[str] | None = None) -> None:
     items = folder / "eval" / "arith-vanilla"
     items.mkdir(parents=True)

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from selfevo.config import DTYPES, ConfigError, load_config, load_section, opt
+from selfevo.config import DTYPES, ConfigError, load_config, load_section, opt, renamed_key
 
 ROW_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -262,12 +262,22 @@ def check_same_run(where: Path, cfg: DictConfig) -> None:
     path = where / "config.yaml"
     if not path.exists():
         return
-    had = _flat(OmegaConf.to_container(OmegaConf.load(path)))
     now = _flat(OmegaConf.to_container(cfg, resolve=True))
+    had = _current_names(_flat(OmegaConf.to_container(OmegaConf.load(path))), now)
     for key in sorted(set(had) | set(now)):
         if key != "resume" and had.get(key, "(none)") != now.get(key, "(none)"):
             raise ConfigError(f"{where} was trained with {key}={had.get(key, '(none)')}, the sweep file now says "
                               f"{now.get(key, '(none)')}: remove the folder or use another output_dir")
+
+
+def _current_names(had: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """A run started before a key was renamed (:data:`selfevo.config.RENAMED`) recorded the old name: its value
+    is read under the new name, so the rename alone does not make it another run."""
+    out = {}
+    for key, value in had.items():
+        new = [n for n in renamed_key(key) if n in now] if key not in now else []
+        out[new[0] if new else key] = value
+    return out
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
