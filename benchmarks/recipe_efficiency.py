@@ -25,9 +25,9 @@ step (the first warms up: allocations, packed weights). Figures are medians over
   tokens prefilled, trained), trained rows and their mean length.
 
 The last repeat's shapes and every repeat's calibration are in the result (``shapes``, ``calibrations``).
-``key=value`` arguments go to every recipe run and to the calibration's config (e.g. ``engine.continuous=false``).
-Prints a measured-vs-predicted table per phase, then writes ``results/recipe_efficiency_<recipe>.json`` and prints
-it as one JSON line (the last line).
+``key=value`` arguments go to every recipe run and to the calibration's config (e.g.
+``engine.hf.continuous=false``). Prints a measured-vs-predicted table per phase, then writes
+``results/recipe_efficiency_<recipe>.json`` and prints it as one JSON line (the last line).
 """
 from __future__ import annotations
 

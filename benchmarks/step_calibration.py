@@ -74,7 +74,7 @@ def check_config(cfg, grid: Grid) -> None:
         raise ValueError(f"the step model prices the HF engine's forwards; engine.name is {cfg.engine.name!r}")
     if len(cfg.model.backbones) != 1:
         raise ValueError(f"the step model calibrates one backbone; model.backbones has {len(cfg.model.backbones)}")
-    grid.check(cfg.engine.max_batch)
+    grid.check(cfg.engine.hf.max_batch)
 
 
 def calibrate(cfg, grid: Grid) -> Calibration:

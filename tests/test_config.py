@@ -185,10 +185,52 @@ def test_renamed_keys_in_a_preset_file(monkeypatch, tmp_path):
 
 
 def test_renamed_key():
-    assert renamed_key("a.b.c", {"a.b": "x"}) == "x.c"
-    assert renamed_key("a.b", {"a.b": "x.y"}) == "x.y"
-    assert renamed_key("a.bc", {"a.b": "x"}) is None
-    assert renamed_key("agents") == "n_agents"
+    assert renamed_key("a.b.c", {"a.b": "x"}) == ("x.c",)
+    assert renamed_key("a.b", {"a.b": "x.y"}) == ("x.y",)
+    assert renamed_key("a.bc", {"a.b": "x"}) == ()
+    assert renamed_key("a.b.c", {"a.b": ("x", "y.z")}) == ("x.c", "y.z.c")  # a key that moved into two sections
+    assert renamed_key("agents") == ("n_agents",)
+    # nested paths: the engine's flat keys moved into the section of each engine that takes them
+    assert renamed_key("engine.continuous") == ("engine.hf.continuous",)
+    assert renamed_key("engine.url") == ("engine.vllm_server.url",)
+    assert renamed_key("engine.max_model_len") == ("engine.vllm.max_model_len", "engine.vllm_server.max_model_len")
+    assert renamed_key("engine.name") == () and renamed_key("engine.hf.continuous") == ()
+
+
+def test_the_engine_section_has_one_section_per_engine():
+    """``engine.name`` plus ``engine.hf.*``, ``engine.vllm.*``, ``engine.vllm_server.*``: nothing else at ``engine.*``,
+    and every key that sat flat in ``engine`` names the section keys it moved to."""
+    keys = [key for key, *_ in describe(demo.DemoCfg) if key.startswith("engine.")]
+    assert [k for k in keys if k.count(".") == 1] == ["engine.name"]
+    assert {k.split(".")[1] for k in keys if k.count(".") == 2} == {"hf", "vllm", "vllm_server"}
+    flat = [old for old in RENAMED if old.startswith("engine.")]
+    assert len(flat) == 15 and {new for old in flat for new in renamed_key(old)} == set(keys) - {"engine.name"}
+
+
+@pytest.mark.parametrize("override, message", [
+    ("engine.continuous=false", "'engine.continuous' in the command line was renamed to 'engine.hf.continuous'"),
+    ("engine.max_batch=8", "'engine.max_batch' in the command line was renamed to 'engine.hf.max_batch'"),
+    ("engine.restarts=0", "'engine.restarts' in the command line was renamed to 'engine.vllm_server.restarts'"),
+    ("engine.gpu_memory_utilization=0.5", "'engine.gpu_memory_utilization' in the command line was renamed to "
+     "'engine.vllm.gpu_memory_utilization' or 'engine.vllm_server.gpu_memory_utilization'"),
+])
+def test_an_old_flat_engine_key_names_its_new_key(override, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(demo.DemoCfg, "demo", "cpu", [override])
+    assert str(e.value) == "config key " + message
+
+
+def test_each_engine_reads_its_own_section():
+    cfg = load_config(demo.DemoCfg, "demo", "cpu", ["engine.hf.continuous=false", "engine.vllm.max_model_len=512",
+                                                    "engine.vllm_server.max_model_len=2048"])
+    assert cfg.engine.hf.continuous is False and cfg.engine.hf.max_batch == 64
+    assert cfg.engine.vllm.max_model_len == 512 and cfg.engine.vllm_server.max_model_len == 2048
+    # the response must fit the chosen engine's own max_model_len
+    with pytest.raises(ConfigError, match=r"^sampling.max_new_tokens must be < engine.vllm.max_model_len \(512\)"):
+        load_config(demo.DemoCfg, "demo", "cpu", ["engine.name=vllm", "engine.vllm.max_model_len=512",
+                                                  "sampling.max_new_tokens=512"])
+    load_config(demo.DemoCfg, "demo", "cpu", ["engine.name=vllm_server", "engine.vllm.max_model_len=512",
+                                              "sampling.max_new_tokens=512"])  # vllm_server's own is 4096
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))

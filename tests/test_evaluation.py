@@ -26,7 +26,7 @@ def test_load_eval_config_lists_defaults_and_setup_options(tmp_path):
     assert isinstance(options["maestro_select"]["epsilon"], float)
     # the sections of selfevo run, with its defaults
     assert cfg.model.backbones == ["smollm2-135m-instruct"] and cfg.model.dtype == "auto"
-    assert cfg.engine.name == "hf" and cfg.engine.max_batch == 64 and cfg.seed == 0
+    assert cfg.engine.name == "hf" and cfg.engine.hf.max_batch == 64 and cfg.seed == 0
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -38,10 +38,12 @@ def test_load_eval_config_lists_defaults_and_setup_options(tmp_path):
     (["benchmark=gsm8k", "setup=vanilla", "limit=many"], "limit must be an integer"),
     (["benchmark=gsm8k", "setup=debate", "rounds=x"], "setup 'debate': rounds must be an integer, got 'x'"),
     (["benchmark=gsm8k", "setup=vanilla", "engine.name=tgi"], "engine.name must be one of "),  # the list grows
-    (["benchmark=gsm8k", "setup=vanilla", "max_batch=8"], "unknown key 'max_batch' (did you mean 'engine.max_batch'?)"),
+    (["benchmark=gsm8k", "setup=vanilla", "max_batch=8"], "unknown key 'max_batch' (did you mean 'engine.hf.max_batch'?)"),
+    (["benchmark=gsm8k", "setup=vanilla", "engine.max_batch=8"],
+     "config key 'engine.max_batch' in the command line was renamed to 'engine.hf.max_batch'"),
     (["benchmark=gsm8k", "setup=vanilla", "model.backbones=[a,b]"], "model.backbones has 2 entries but no adapters"),
     (["benchmark=gsm8k", "setup=vanilla", "engine.name=vllm", "sampling.max_new_tokens=5000"],
-     "sampling.max_new_tokens must be < engine.max_model_len (4096)"),
+     "sampling.max_new_tokens must be < engine.vllm.max_model_len (4096)"),
     (["benchmark=gsm8k", "setup=vanilla", "adapters=[/no/such/dir]"], "has no adapter_config.json"),
     (["benchmark=gsm8k", "setup=vanilla", "oops"], "not of the form key=value"),
 ])

@@ -14,8 +14,9 @@ def make_engine(name: str, store, **kwargs) -> Engine:
 
 def build_engine(section, store, dtype: str, workdir: str | None = None) -> Engine:
     """The engine of an ``engine`` config section (:class:`~selfevo.config.EngineCfg`: ``selfevo run`` and
-    ``selfevo eval``) over ``store``: the class registered as ``section.name`` reads the fields it takes
-    (``from_config``); ``dtype`` is the model's, ``workdir`` where it may write (adapters, server logs)."""
+    ``selfevo eval``) over ``store``: the class registered as ``section.name`` reads its own section
+    (``from_config``: ``engine.hf``, ...); ``dtype`` is the model's, ``workdir`` where it may write (adapters, server
+    logs)."""
     return ENGINES.get(section.name).from_config(section, store, dtype, workdir)
 
 

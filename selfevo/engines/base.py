@@ -7,8 +7,8 @@ batches continuously also has ``stream(source)`` (see :class:`RequestSource`); o
 source by :func:`serve_in_waves`.
 
 Every registered engine is built from the ``engine`` config section (:class:`~selfevo.config.EngineCfg`) by its
-classmethod ``from_config(section, store, dtype, workdir)``, which reads the section fields it uses;
-:func:`selfevo.engines.build_engine` picks the class by ``section.name``.
+classmethod ``from_config(section, store, dtype, workdir)``, which reads its own section (``engine.hf``,
+``engine.vllm``, ``engine.vllm_server``); :func:`selfevo.engines.build_engine` picks the class by ``section.name``.
 """
 from __future__ import annotations
 

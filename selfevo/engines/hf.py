@@ -140,10 +140,10 @@ class HFEngine:
 
     @classmethod
     def from_config(cls, section, store, dtype: str, workdir: str | None = None) -> "HFEngine":
-        """``engine.name=hf``: ``engine.max_batch``, ``engine.kv_cache_gib``, ``engine.continuous`` (the dtype is the
-        store's; no work folder)."""
-        return cls(store, max_batch=section.max_batch, kv_cache_gib=section.kv_cache_gib,
-                   continuous=section.continuous)
+        """``engine.name=hf``: its section ``engine.hf`` (``max_batch``, ``kv_cache_gib``, ``continuous``); the dtype
+        is the store's; no work folder."""
+        hf = section.hf
+        return cls(store, max_batch=hf.max_batch, kv_cache_gib=hf.kv_cache_gib, continuous=hf.continuous)
 
     def sync_adapter(self, agent: str) -> None:
         """Nothing to do: the engine reads the store's live tensors at every ``generate``."""

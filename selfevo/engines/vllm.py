@@ -41,7 +41,8 @@ def cpu_defaults() -> None:
 
 
 def engine_args(section, dtype: str, max_lora_rank: int, seed: int = 0, cuda: bool | None = None) -> dict:
-    """``vllm.LLM`` keyword arguments of an ``engine`` section (:class:`~selfevo.config.EngineCfg`): multi-LoRA
+    """``vllm.LLM`` keyword arguments of vLLM's settings (``section``: ``engine.vllm``,
+    :class:`~selfevo.config.VLLMEngineCfg`, or ``engine.vllm_server``, which extends it): multi-LoRA
     serving as vLLM documents it (``enable_lora``, ``max_loras`` adapters per batch, ``max_lora_rank`` the smallest
     accepted rank that fits, ``max_cpu_loras`` = 2 × max_loras kept in host memory for quick swaps), prefix caching,
     eager or CUDA-graph execution; on a GPU (``cuda``, default: whether CUDA is available) the share of its memory
@@ -60,7 +61,7 @@ def engine_args(section, dtype: str, max_lora_rank: int, seed: int = 0, cuda: bo
 @ENGINES.register("vllm")
 class VLLMEngine:
     def __init__(self, store, settings: dict, workdir: str | None = None):
-        """``settings``: the ``vllm.LLM`` keyword arguments (:func:`engine_args` of an ``engine`` section)."""
+        """``settings``: the ``vllm.LLM`` keyword arguments (:func:`engine_args` of ``engine.vllm``)."""
         require_vllm()
         cpu_defaults()
         self.store = store
@@ -73,9 +74,9 @@ class VLLMEngine:
 
     @classmethod
     def from_config(cls, section, store, dtype: str, workdir: str | None = None) -> "VLLMEngine":
-        """``engine.name=vllm``: the ``vllm.LLM`` arguments of the section (:func:`engine_args`); the LoRA rank from
-        the store."""
-        return cls(store, workdir=workdir, settings=engine_args(section, dtype, vllm_lora_rank(store)))
+        """``engine.name=vllm``: the ``vllm.LLM`` arguments of its section ``engine.vllm`` (:func:`engine_args`); the
+        LoRA rank from the store."""
+        return cls(store, workdir=workdir, settings=engine_args(section.vllm, dtype, vllm_lora_rank(store)))
 
     def _llm(self, backbone: str):
         if backbone not in self.llms:

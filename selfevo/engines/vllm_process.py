@@ -80,11 +80,11 @@ class Server:
             raise HTTPStatus(exc.code, error_message(exc)) from None
         except (TimeoutError, socket.timeout):
             raise EngineError(f"{self.describe()} did not answer {path} within {timeout:g} s "
-                              f"(engine.request_timeout)") from None
+                              f"(engine.vllm_server.request_timeout)") from None
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, (TimeoutError, socket.timeout)):
                 raise EngineError(f"{self.describe()} did not answer {path} within {timeout:g} s "
-                                  f"(engine.request_timeout)") from None
+                                  f"(engine.vllm_server.request_timeout)") from None
             raise EngineError(self.unreachable(exc.reason)) from None
         except (ConnectionError, http.client.HTTPException, OSError) as exc:
             raise EngineError(self.unreachable(exc)) from None

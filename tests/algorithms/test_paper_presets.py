@@ -89,11 +89,11 @@ def test_gpu_presets_give_vllm_the_documented_lora_serving_arguments(recipe, lor
 
     cfg = load_config(RECIPES.get(recipe).config_class(), recipe, "paper", [])
     assert cfg.engine.name == "vllm" and cfg.model.lora.r == rank and rank in VLLM_LORA_RANKS
-    args = engine_args(cfg.engine, cfg.model.dtype, max_lora_rank=cfg.model.lora.r, seed=cfg.seed, cuda=True)
+    args = engine_args(cfg.engine.vllm, cfg.model.dtype, max_lora_rank=cfg.model.lora.r, seed=cfg.seed, cuda=True)
     assert args == {"dtype": "bfloat16", "enable_lora": True, "max_loras": loras, "max_lora_rank": rank,
                     "max_cpu_loras": 2 * loras, "max_model_len": model_len, "enable_prefix_caching": True,
                     "enforce_eager": False, "seed": cfg.seed, "gpu_memory_utilization": memory}
-    assert "gpu_memory_utilization" not in engine_args(cfg.engine, cfg.model.dtype, rank, cuda=False)  # CPU
+    assert "gpu_memory_utilization" not in engine_args(cfg.engine.vllm, cfg.model.dtype, rank, cuda=False)  # CPU
 
 
 @pytest.mark.parametrize("recipe,masked", [("comas", True), ("azr", False), ("sage", False), ("mae", False)])

@@ -479,7 +479,7 @@ def test_frozen_linear_into_accumulates_the_product_in_place(dtype):
 
 
 def test_without_continuous_batching_the_engine_streams_in_waves(make_store):
-    """``engine.continuous=false`` (``HFEngine(continuous=False)``): the runner's stream is served by one
+    """``engine.hf.continuous=false`` (``HFEngine(continuous=False)``): the runner's stream is served by one
     ``generate`` call per wave of ready requests; the same turns as continuous batching (greedy decoding)."""
     from selfevo.interaction import Episode, Runner
     from selfevo.types import Task

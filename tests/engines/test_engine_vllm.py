@@ -20,7 +20,7 @@ MSGS = [[{"role": "user", "content": q}] for q in ("What is 2+2?", "Name a color
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    from selfevo.config import EngineCfg
+    from selfevo.config import VLLMEngineCfg
     from selfevo.engines.vllm import VLLMEngine, engine_args
 
     torch.manual_seed(0)
@@ -28,7 +28,7 @@ def stack(tmp_path_factory):
     for a in ("a0", "a1"):
         store.add_agent(a, MODEL)
     randomize_adapters(store, std=0.05)
-    settings = engine_args(EngineCfg(max_loras=2, max_model_len=1024), "float32", max_lora_rank=8)
+    settings = engine_args(VLLMEngineCfg(max_loras=2, max_model_len=1024), "float32", max_lora_rank=8)
     engine = VLLMEngine(store, workdir=str(tmp_path_factory.mktemp("vllm")), settings=settings)
     yield store, engine, HFEngine(store)
     engine.close()

@@ -2,9 +2,9 @@
 
 * a vLLM server (``engine.name=vllm_server``, the fake server of ``helpers/fake_vllm_server.py`` started by the engine
   as its launcher) really ``SIGKILL``\\ s itself in the middle of step 1: the engine starts it again and sends the
-  lost requests again (the run ends as one without the kill); with ``engine.restarts=0`` the run stops with one
-  line naming the server and ``resume=true``, and the resumed run ends the same; a server killed from outside
-  between two calls is started again by the next one, until ``engine.restarts`` are used up;
+  lost requests again (the run ends as one without the kill); with ``engine.vllm_server.restarts=0`` the run stops
+  with one line naming the server and ``resume=true``, and the resumed run ends the same; a server killed from
+  outside between two calls is started again by the next one, until ``engine.vllm_server.restarts`` are used up;
 * one rank of ``torchrun --nproc_per_node 2`` is ``SIGKILL``\\ ed from outside after step 0 was logged; torchrun
   stops the other; ``resume=true`` goes on with 2 processes and with 1;
 * a checkpoint write that fails part-way (``ENOSPC`` raised by the writer after some files were written) leaves
@@ -103,8 +103,9 @@ def served_run(out: Path, kill_marker: Path | None, *extra: str) -> int:
     ``kill_marker`` the server SIGKILLs itself at the 6th completion of step 1 (once: the marker holds its pid)."""
     args = "--spawn-child" + (f" --sigkill-at {PER_STEP + 6} --sigkill-once {kill_marker}" if kill_marker else "")
     launcher = shlex.join([sys.executable, str(FAKE_SCRIPT)])
-    return cli.main([*COMAS, "engine.name=vllm_server", f"engine.launcher={launcher}", f"engine.server_args={args}",
-                     "engine.startup_timeout=60", "trainer.max_steps=3", f"output_dir={out}", *extra])
+    return cli.main([*COMAS, "engine.name=vllm_server", f"engine.vllm_server.launcher={launcher}",
+                     f"engine.vllm_server.server_args={args}", "engine.vllm_server.startup_timeout=60",
+                     "trainer.max_steps=3", f"output_dir={out}", *extra])
 
 
 def server_pids(run: Path) -> list[int]:
@@ -139,22 +140,22 @@ def test_a_server_killed_mid_step_is_started_again_or_stops_the_run_for_a_resume
     (row,) = json.loads((run / "engine" / "servers.json").read_text())
     assert row["previous_pids"] == [killed] and row["pid"] != killed
     assert line.startswith("selfevo: vLLM server http://127.0.0.1:") and "was killed by SIGKILL" in line
-    assert "starting it again (restart 1 of engine.restarts=2)" in line
+    assert "starting it again (restart 1 of engine.vllm_server.restarts=2)" in line
     assert steps(run / "metrics.jsonl") == [0, 1, 2]
     assert episodes(run) == want  # nothing lost, nothing twice: the run of no kill
     assert (run / "adapters" / "final" / "agent1" / "adapter_model.safetensors").exists()
     no_orphans(run)
 
-    # engine.restarts=0: one line, then resume=true goes on
+    # engine.vllm_server.restarts=0: one line, then resume=true goes on
     run, marker = tmp_path / "stopped", tmp_path / "killed-stopped"
-    assert served_run(run, marker, "engine.restarts=0") == 2
+    assert served_run(run, marker, "engine.vllm_server.restarts=0") == 2
     (line,) = errors(capsys.readouterr().err)
     assert "\n" not in line and line.startswith("selfevo: vLLM server http://127.0.0.1:")
-    assert "was killed by SIGKILL" in line and "not restarted (engine.restarts=0 used up)" in line
+    assert "was killed by SIGKILL" in line and "not restarted (engine.vllm_server.restarts=0 used up)" in line
     assert line.endswith("the checkpoint of step 0 is intact: rerun with resume=true to redo step 1")
     assert steps(run / "metrics.jsonl") == [0] and checkpoint.exists(run)
     no_orphans(run)
-    assert served_run(run, marker, "engine.restarts=0", "resume=true") == 0
+    assert served_run(run, marker, "engine.vllm_server.restarts=0", "resume=true") == 0
     assert steps(run / "metrics.jsonl") == [0, 1, 2] and episodes(run) == want
     no_orphans(run)
 
@@ -179,14 +180,14 @@ def test_a_server_killed_between_calls_is_started_again_until_the_restarts_are_u
         again = engine.generate(reqs)
         assert again[1].token_ids == first[1].token_ids and again[0].token_ids  # a1-v0, same seed: same answer
         (line,) = errors(capsys.readouterr().err)
-        assert "was killed by SIGKILL" in line and "restart 1 of engine.restarts=1" in line
+        assert "was killed by SIGKILL" in line and "restart 1 of engine.vllm_server.restarts=1" in line
         (row,) = json.loads((tmp_path / "engine" / "servers.json").read_text())
         assert row["previous_pids"] == [killed] and row["pid"] == server.proc.pid != killed
         os.kill(row["pid"], signal.SIGKILL)
         with pytest.raises(EngineError) as info:
             engine.generate(reqs)
         text = str(info.value)
-        assert "\n" not in text and "not restarted (engine.restarts=1 used up)" in text
+        assert "\n" not in text and "not restarted (engine.vllm_server.restarts=1 used up)" in text
     wait_for(lambda: not any(alive(p) or group_alive(p) for p in (killed, row["pid"])), 20, "end of the servers")
 
 
