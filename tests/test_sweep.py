@@ -134,6 +134,18 @@ def test_a_run_from_before_a_key_was_renamed_is_the_same_run(tmp_path):
         spec.check_same_run(where, OmegaConf.create({"seed": 0, "n_agents": 3}))
 
 
+def test_a_key_split_into_several_sections_gives_each_its_old_value(tmp_path, monkeypatch):
+    from selfevo import config
+
+    monkeypatch.setitem(config.RENAMED, "engine.eager", ("engine.a.eager", "engine.b.eager"))
+    where = tmp_path / "run"
+    where.mkdir()
+    (where / "config.yaml").write_text("engine:\n  eager: true\n")
+    spec.check_same_run(where, OmegaConf.create({"engine": {"a": {"eager": True}, "b": {"eager": True}}}))
+    with pytest.raises(spec.ConfigError, match="engine.b.eager=True, the sweep file now says False"):
+        spec.check_same_run(where, OmegaConf.create({"engine": {"a": {"eager": True}, "b": {"eager": False}}}))
+
+
 def _fake_eval(folder: Path, correct: list[int], answers: list[str] | None = None) -> None:
     items = folder / "eval" / "arith-vanilla"
     items.mkdir(parents=True)

@@ -276,7 +276,7 @@ def _current_names(had: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for key, value in had.items():
         new = [n for n in renamed_key(key) if n in now] if key not in now else []
-        out[new[0] if new else key] = value
+        out.update({n: value for n in new or [key]})  # a key split into several sections: each has its value
     return out
 
 
