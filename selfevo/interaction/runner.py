@@ -120,11 +120,7 @@ class Runner:
     """
 
     def __init__(self, engine, sampling: SamplingParams, seed: int | str = 0,
-                 progress: Callable[[RunStatus], None] | None = None, shard: bool = True, status_every: float = 0.5,
-                 status: Callable[[RunStatus], None] | None = None, continuous: bool | None = None):
-        # status, continuous: deprecated, kept while the loop moves off them (status: progress; continuous: the
-        # engine's own setting decides, e.g. engine.continuous of the hf engine)
-        progress = progress or status
+                 progress: Callable[[RunStatus], None] | None = None, shard: bool = True, status_every: float = 0.5):
         self.engine, self.sampling, self.seed, self.progress = engine, sampling, seed, progress
         self.shard, self.status_every = shard, status_every
         self.serve = engine.stream if callable(getattr(engine, "stream", None)) else (

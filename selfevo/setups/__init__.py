@@ -27,9 +27,8 @@ def setup_names() -> list[str]:
 
 def make_setup(name: str, engine, sampling: SamplingParams, agents: Sequence[str | None] | None = None,
                seed: int = 0, verifier: Callable | None = None, progress: Callable[[str], None] | None = None,
-               continuous: bool | None = None, **options: Any) -> Setup:
-    """The setup registered as ``name`` (one-line errors for unknown names and options). ``continuous``:
-    deprecated and unused (the engine's own setting decides), kept while callers move off it."""
+               **options: Any) -> Setup:
+    """The setup registered as ``name`` (one-line errors for unknown names and options)."""
     return SETUPS.get(name)(engine, sampling, agents=agents, seed=seed, verifier=verifier, progress=progress,
                             **options)
 

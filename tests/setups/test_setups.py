@@ -108,6 +108,9 @@ def test_bad_options_are_one_line_errors():
     with pytest.raises(SetupError, match="setup 'consistency': unknown config key 'kk' in its options; did you "
                                          "mean 'k'\\?"):
         make_setup("consistency", engine, SAMPLING, kk=3)
+    # the engine decides how it batches (engine.hf.continuous): no setup takes a continuous= keyword
+    with pytest.raises(SetupError, match="setup 'vanilla': unknown config key 'continuous' in its options"):
+        make_setup("vanilla", engine, SAMPLING, continuous=False)
     with pytest.raises(SetupError, match="setup 'debate': aggregate must be vote or llm; got 'mean'"):
         make_setup("debate", engine, SAMPLING, aggregate="mean")
     with pytest.raises(SetupError, match="rounds must be an integer"):
