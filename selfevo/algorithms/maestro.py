@@ -38,7 +38,7 @@ import torch
 
 from selfevo.config import ConfigError, SamplingCfg, opt
 from selfevo.interaction import Episode, Turn
-from selfevo.loop import DataCfg, EvalCfg, Loop, Phase, RunCfg, TrainerCfg, Update
+from selfevo.loop import DataCfg, EvalCfg, Loop, Phase, RunCfg, TrainerCfg, Update, build
 from selfevo.loop.metrics import mean
 from selfevo.optimizers import OPTIMIZERS, ClpoCfg, Optimizer, UpdateSpec
 from selfevo.optimizers.clpo import CHOICE_EXTRAS
@@ -95,15 +95,10 @@ class MaestroCfg(RunCfg):
         """The central agent's optimizer checks its own settings when built (CLPO: one epoch, a loss to train);
         a central mode without a selection has nothing for an optimizer that trains."""
         RunCfg.check(cfg)
-        trains = OPTIMIZERS.get(cfg.trainer.optimizer)(cfg.trainer, **optimizer_sections(cfg)).trains
+        trains = build.optimizer(cfg).trains
         if cfg.protocol.central_mode != "select" and trains:
             raise ConfigError(f"protocol.central_mode={cfg.protocol.central_mode} has no selection to train: use "
                               f"trainer.optimizer=none (got {cfg.trainer.optimizer})")
-
-
-def optimizer_sections(cfg) -> dict:
-    """The config sections the central optimizer takes beside the trainer section: CLPO's ``clpo`` section."""
-    return {"clpo": cfg.clpo} if cfg.trainer.optimizer == "clpo" else {}
 
 
 # ---- the protocol of a step, CLPO's masks ----------------------------------------------------------------------
@@ -264,8 +259,7 @@ def reward_source(cfg):
 def main(cfg, command_line: list[str] | None = None) -> None:
     n, d = cfg.n_agents, cfg.data
     executors = [f"exec{i}" for i in range(n)] if cfg.protocol.train_executors else [None] * n
-    with Loop(cfg, agents=["central", *[a for a in executors if a]], optimizer_options=optimizer_sections(cfg),
-              command_line=command_line) as loop:
+    with Loop(cfg, agents=["central", *[a for a in executors if a]], command_line=command_line) as loop:
         tasks = loop.tasks(lambda: load_tasks("gsm8k", "train", data_root=d.data_root, source=d.source))
         reward = reward_source(cfg)
         for step in loop.steps():

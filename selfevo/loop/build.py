@@ -1,6 +1,7 @@
 """Small builders that turn config sections into live objects; recipes call them instead of repeating set-up."""
 from __future__ import annotations
 
+import inspect
 import random
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from omegaconf import DictConfig
 from selfevo import distributed, heap
 from selfevo.config import ConfigError
 from selfevo.models import dtype_reason, resolve_device
+from selfevo.optimizers import OPTIMIZERS, Optimizer
 from selfevo.optimizers.trainer import parse_logprob_temperature
 from selfevo.policy import LoraSettings, PolicyStore, StoreSettings
 from selfevo.types import SamplingParams
@@ -60,6 +62,15 @@ def add_agents(store: PolicyStore, names: list[str], backbones: list[str]) -> No
     """Agent i gets ``backbones[i % len(backbones)]``: several backbones = heterogeneous agents."""
     for i, name in enumerate(names):
         store.add_agent(name, backbones[i % len(backbones)])
+
+
+def optimizer(cfg: DictConfig) -> Optimizer:
+    """The optimizer ``trainer.optimizer`` names, built from the run's trainer section and the config sections its
+    registered factory declares: each keyword parameter after the trainer section names one (CLPO's ``clpo``) and
+    gets the run's section of that name, or the factory's default where the recipe's config has no such section."""
+    factory = OPTIMIZERS.get(cfg.trainer.optimizer)
+    sections = list(inspect.signature(factory).parameters)[1:]
+    return factory(cfg.trainer, **{name: cfg[name] for name in sections if name in cfg})
 
 
 def sampling(cfg: DictConfig) -> SamplingParams:

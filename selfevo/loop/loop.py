@@ -38,7 +38,7 @@ from selfevo.loop.metrics import turn_metrics
 from selfevo.loop.rundir import RunDir, resume_hint
 from selfevo.loop.step import (Phase, Update, agree_on_rewards, assign_rewards, deep_merge, rollout, rollout_timing,
                                timed, update_timing)
-from selfevo.optimizers import OPTIMIZERS, UpdateSpec, train_agents
+from selfevo.optimizers import UpdateSpec, train_agents
 from selfevo.optimizers.schedule import lr_at
 from selfevo.policy import PolicyStore
 from selfevo.types import Task
@@ -51,8 +51,7 @@ class Loop:
     ``first_step``: the step it starts at (after the checkpoint's on resume); ``state``: the recipe state saved
     with that checkpoint (``{}`` for a fresh run)."""
 
-    def __init__(self, cfg, agents: list[str] | None = None, optimizer_options: dict | None = None,
-                 command_line: Sequence[str] | None = None):
+    def __init__(self, cfg, agents: list[str] | None = None, command_line: Sequence[str] | None = None):
         self.cfg = cfg
         distributed.init()  # launched by torchrun: join the process group (a no-op in a single process)
         self.main = distributed.is_main()
@@ -64,7 +63,7 @@ class Loop:
         distributed.barrier()  # every rank has read the checkpoint before rank 0 writes anything
         self.run_dir.open(self.first_step, self.store.dtype, command_line)
         self.engine = build_engine(cfg.engine, self.store, self.store.dtype, workdir=str(self.run_dir.engine_dir()))
-        self.optimizer = OPTIMIZERS.get(cfg.trainer.optimizer)(cfg.trainer, **(optimizer_options or {}))
+        self.optimizer = build.optimizer(cfg)
         self.sampling = build.sampling(cfg.sampling)
         self.bar: tqdm | None = None
         self.eval_start: dict | None = None  # held-out results before the first step: logged with its metrics
