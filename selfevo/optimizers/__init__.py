@@ -2,6 +2,8 @@
 :class:`~selfevo.loop.TrainerCfg`) gives ``optimizer(store, agent, samples) -> stats``. Registered:
 ``reinforce_pp`` (CoMAS), ``task_relative`` (SAGE), ``grpo``, ``sft``, ``clpo`` (MAESTRO,
 :mod:`~selfevo.optimizers.clpo`; also takes its ``clpo`` section) and ``none`` (no update: prompt-only baselines).
+A factory's keyword parameters after the trainer section name the config sections it takes (``clpo(trainer,
+clpo)``): a run passes its sections of those names (:func:`selfevo.loop.build.optimizer`).
 The math is pure functions in :mod:`~selfevo.optimizers.objectives`."""
 from selfevo.optimizers import clpo, policy_gradient, sft  # noqa: F401  (registers the optimizers)
 from selfevo.optimizers.base import (OPTIMIZERS, Optimizer, Samples, UpdateSpec, policy_step, reference_logprobs,
