@@ -7,7 +7,7 @@ import pytest
 
 from selfevo import cli
 from selfevo.interaction import Episode, Turn
-from selfevo.loop import load_entries, read_task_file, record_launch, task_batch
+from selfevo.loop import load_entries, read_task_file, task_batch
 from selfevo.loop.metrics import mean, precision_recall, turn_metrics
 from selfevo.tasks import TaskDataError
 from selfevo.types import Completion, Request, Task
@@ -171,17 +171,6 @@ def test_precision_recall():
     assert precision_recall(eps, 0.5, label="evaluator") == {"precision": 1.0, "recall": 1.0,
                                                             "verified_accuracy": 1.0}
     assert precision_recall([], 0.5) == {"precision": None, "recall": None, "verified_accuracy": None}
-
-
-# ---- record_launch ---------------------------------------------------------------------------------------------
-def test_record_launch_appends(tmp_path):
-    record_launch(tmp_path)
-    record_launch(tmp_path)
-    launches = json.loads((tmp_path / "run.json").read_text())
-    assert len(launches) == 2
-    for launch in launches:
-        assert {"time", "argv", "cwd", "git_commit", "packages", "machine"} <= set(launch)
-        assert "torch" in launch["packages"] and launch["machine"]["python"]
 
 
 # ---- end to end through the CLI ----------------------------------------------------------------------------------
