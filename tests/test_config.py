@@ -3,14 +3,15 @@
 overrides (one-line errors with a suggestion, missing presets, unreadable YAML)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
 from omegaconf import MISSING, OmegaConf
 
 from selfevo.algorithms import RECIPES, demo
-from selfevo.config import (RENAMED, ConfigError, SamplingCfg, describe, format_table, load_config, normalize_overrides,
-                            opt, presets, renamed_key, validate_config)
+from selfevo.config import (RENAMED, ConfigError, SamplingCfg, VLLMEngineCfg, describe, format_table, load_config,
+                            normalize_overrides, opt, presets, renamed_key, validate_config)
 
 CALLS = []
 
@@ -218,6 +219,15 @@ def test_an_old_flat_engine_key_names_its_new_key(override, message):
     with pytest.raises(ConfigError) as e:
         load_config(demo.DemoCfg, "demo", "cpu", [override])
     assert str(e.value) == "config key " + message
+
+
+@pytest.mark.parametrize("recipe", [r for r in RECIPES.names() if "paper" in presets(r)])
+def test_the_paper_presets_give_both_vllm_engines_the_same_vllm_settings(recipe):
+    """A paper preset runs on ``engine.name=vllm`` and, switched to ``vllm_server``, with the same vLLM settings."""
+    cfg = load_config(RECIPES.get(recipe).config_class(), recipe, "paper", ["engine.name=vllm_server"])
+    vllm, server = cfg.engine.vllm, cfg.engine.vllm_server
+    assert vllm.max_model_len > 4096 and not vllm.enforce_eager  # the preset's, not the defaults
+    assert all(server[f.name] == vllm[f.name] for f in dataclasses.fields(VLLMEngineCfg))
 
 
 def test_each_engine_reads_its_own_section():
