@@ -198,7 +198,7 @@ def test_a_slow_answer_is_a_one_line_timeout(make_store, fake, tmp_path):
     t0 = time.time()
     with pytest.raises(EngineError) as info:
         engine.generate([Request("a0", MSGS[0], SP), Request(None, MSGS[1], SP)])
-    assert "did not answer /v1/completions within 0.5 s (engine.request_timeout)" in one_line(info.value)
+    assert "did not answer /v1/completions within 0.5 s (engine.vllm_server.request_timeout)" in one_line(info.value)
     assert time.time() - t0 < 3.0
 
 
@@ -259,7 +259,7 @@ def test_a_server_that_dies_at_start_or_never_gets_healthy_is_one_line(make_stor
     assert "exited while starting with code 3: RuntimeError: Unsupported CPU attention configuration" in text
     with pytest.raises(EngineError) as info:
         started(store, tmp_path / "slow", server_args="--slow-start 30 --spawn-child", startup_timeout=1.5)
-    assert "was not healthy within 1.5 s (engine.startup_timeout" in one_line(info.value)
+    assert "was not healthy within 1.5 s (engine.vllm_server.startup_timeout" in one_line(info.value)
     pid = json.loads((tmp_path / "slow" / "engine" / "servers.json").read_text())[0]["pid"]
     assert not _pid_alive(pid) and not _group_alive(pid)  # stopped, not left behind
 
@@ -327,8 +327,8 @@ def test_started_servers_die_with_the_process_that_started_them(tmp_path, how):
 def _comas(out, fake, *extra):
     return cli.main(["run", "comas", "model.backbones=[tiny-random]", "model.dtype=float32", "n_agents=2",
                      "trainer.tasks_per_step=2", "sampling.max_new_tokens=6", "data.n_math=8", "data.n_code=2",
-                     "data.n_science=2", "engine.name=vllm_server", f"engine.url={fake.url}", f"output_dir={out}",
-                     "data.tasks=[]", "eval.at_start=false", "eval.every=0", *extra])
+                     "data.n_science=2", "engine.name=vllm_server", f"engine.vllm_server.url={fake.url}",
+                     f"output_dir={out}", "data.tasks=[]", "eval.at_start=false", "eval.every=0", *extra])
 
 
 def _tree_digest(folder: Path) -> dict[str, str]:
