@@ -265,12 +265,12 @@ def test_a_server_that_dies_at_start_or_never_gets_healthy_is_one_line(make_stor
 
 
 def test_the_exit_hook_stops_servers_left_open(make_store, tmp_path):
-    from selfevo.engines import vllm_server
+    from selfevo.engines import vllm_process
 
     engine = started(make_store(), tmp_path, startup_timeout=60)
     pids = [s.proc.pid for s in engine._all()]
-    vllm_server._stop_all()  # what atexit runs
-    assert not any(_pid_alive(p) for p in pids) and vllm_server._LIVE == {}
+    vllm_process.stop_all()  # what atexit runs
+    assert not any(_pid_alive(p) for p in pids) and vllm_process.LIVE == {}
     engine.close()  # and close() after it is harmless
 
 
