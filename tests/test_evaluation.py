@@ -96,6 +96,7 @@ def test_cli_writes_results_for_two_benchmarks_and_two_setups(tmp_path, capsys):
     assert len(json.loads((out / "summary.json").read_text())) == 4
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 @needs_data
 def test_cli_loads_adapters_as_agents(tmp_path, make_store):
     store = make_store(("x",))
@@ -114,6 +115,7 @@ def test_cli_loads_adapters_as_agents(tmp_path, make_store):
     assert records[0]["select_parse_failures"] == 1 and "coverage" in records[0]
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 @needs_data
 def test_adapter_that_does_not_fit_is_a_one_line_error(tmp_path, make_store, capsys):
     import torch

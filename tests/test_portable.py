@@ -135,6 +135,7 @@ def test_the_golden_and_objective_files_are_run_under_other_kernels():
             "tests/optimizers/test_optimizers.py", "tests/policy/test_policy.py"} <= set(FLOAT_PIN_FILES)
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_left_out_files_pin_no_more_than_they_are_allowed():
     """A left-out file with a pin beyond those listed runs under other kernels or says why not; an entry whose pins
     went is dropped."""

@@ -189,6 +189,7 @@ def test_table_from_folders_by_hand(tmp_path):
         table.write(cfg, rows)
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_slurm_launcher_through_submitits_local_executor(tmp_path, capsys):
     pytest.importorskip("submitit")
     ok = Job("a", 0, tmp_path / "a" / "seed0", eval=("--help",))
@@ -255,6 +256,7 @@ def test_smoke_sweep_survives_kill_9_and_rebuilds_its_table(tmp_path):
     assert _outputs(out) == before
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_maestro_rows_evaluate_a_central_agent(tmp_path, capsys):
     rows = GOOD + """  clpo:
     recipe: maestro
@@ -462,8 +464,8 @@ def test_a_file_another_row_writes_first_is_left_out_of_the_checks(tmp_path, cap
 SWEEP_FILES = sorted((ROOT / "benchmarks" / "sweeps").glob("*.yaml"))
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem, marks=[pytest.mark.slow] * (p.stem == "effect"))
-                                  for p in SWEEP_FILES])  # effect: 21 rows × 3 seeds, ~7 s
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem, marks=[pytest.mark.slow] * (p.stem != "smoke"))
+                                  for p in SWEEP_FILES])  # 1-7 s each (effect: 21 rows × 3 seeds): smoke is quick
 def test_every_sweep_file_passes_its_dry_run_and_trains_nothing(path, monkeypatch, capsys):
     """Each file under benchmarks/sweeps/: every row × seed's run config and evaluation keys are valid (the dry run
     checks them all), and the dry run writes nothing (no run folder appears)."""

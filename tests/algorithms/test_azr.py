@@ -50,6 +50,7 @@ def test_format_aware_penalty():
 
 
 # ---- execution and validation -----------------------------------------------------------------------------------
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_values_come_back_from_the_sandbox():
     assert deterministic_values("def f(a, b):\n    return [a] * b", ["'x', 2", "1, 0"]) == (["['x', 'x']", "[]"], "")
     assert literal_args("1, 'a', [2]") == (1, "a", [2])
@@ -70,6 +71,7 @@ def test_invalid_proposals_are_rejected(program, reason):
     assert triplet is None and why.startswith(reason)
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_a_valid_proposal_becomes_a_triplet_and_is_verified():
     triplet, why = validate_proposal("abduction", {"program": "def f(x):\n    return x * 3", "input": "4"})
     assert why == "" and triplet["output"] == "12"

@@ -129,6 +129,7 @@ def test_trainer_scoring_keys_are_checked(override, message):
         load_config(grpo.GRPOCfg, "grpo", "cpu", [override])
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_the_loop_hands_logprob_temperature_to_the_store(tmp_path):
     from selfevo.loop import Loop
 

@@ -150,6 +150,7 @@ def test_recipe_end_to_end_with_resume(tmp_path):
     assert samples and all("slate_rewards" in t and t["reward"] is not None for t in samples)
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_recipe_chained_selection_trains_both_stages(tmp_path, monkeypatch):
     import selfevo.algorithms.maestro as recipe
     from safetensors.torch import load_file
@@ -189,6 +190,7 @@ def test_recipe_chained_selection_trains_both_stages(tmp_path, monkeypatch):
     state = load_file(str(out / "adapters" / "final" / "central" / "adapter_model.safetensors"))
     assert any(float(v.abs().sum()) > 0 for k, v in state.items() if "lora_B" in k)  # fresh adapters have B = 0
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_recipe_listwise_choice_without_the_chain(tmp_path):
     """Unchained (the paper's format): each central sample records its slate's final answers, and every sample with
     a ``Chosen:`` line scores all N·K candidates' decision strings after its rationale."""
@@ -202,6 +204,7 @@ def test_recipe_listwise_choice_without_the_chain(tmp_path):
     assert decided and m["train"]["central"]["choice_rows"] == 4 * decided
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 @pytest.mark.parametrize("optimizer", ["grpo", "sft", "none"])
 def test_baseline_trainers_run(tmp_path, optimizer):
     out = tmp_path / "run"
@@ -236,6 +239,7 @@ def test_trainable_executors_and_ablation_config(tmp_path, capsys):
 
 
 # ---- selfevo eval with the trained central adapter ------------------------------------------------------------------
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 @needs_data
 def test_eval_loads_the_central_adapter(tmp_path, make_store, capsys):
     from selfevo import evaluation
@@ -277,6 +281,7 @@ def test_clpo_makes_one_pass_per_rollout(tmp_path):
     assert rows_per_step // cfg.trainer.train_batch == 3  # optimizer steps per rollout (was 27 x 3 epochs = 81)
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_sft_then_clpo_with_the_sft_adapter_as_start_and_reference(tmp_path):
     """The paper's pipeline (App. C.1: the KL keeps the policy near "the SFT reference policy"): a run with
     trainer.optimizer=sft, then CLPO from its adapter (model.init_adapters) with that adapter, frozen, as the KL's

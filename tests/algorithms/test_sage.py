@@ -61,6 +61,7 @@ def test_sage_steps_grow_the_pool_with_verified_items_and_reward_every_role(tmp_
     assert metrics[0]["solver_accuracy"] is not None and "format.challenger" in metrics[0]
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_sage_ablation_switch_trains_without_a_role(tmp_path):
     out = tmp_path / "run"
     assert cli.main(args(tmp_path, out, "trainer.max_steps=1", "protocol.train_challenger=false",
@@ -106,6 +107,7 @@ def test_sage_kill_9_mid_step_neither_loses_nor_duplicates_pool_items(tmp_path):
     assert [m["step"] for m in lines(out / "metrics.jsonl")] == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_tag_chain_challenger_writes_one_tag_per_stage(tmp_path):
     """With protocol.tag_chain the Challenger answers in stages (math: question, then answer), each stopped at its
     closing tag; the last stage is parsed from the whole chained answer."""

@@ -31,6 +31,7 @@ def test_a_peak_counts_for_the_phase_it_happened_in():
     assert list(got["phases"]) == [p for p in rm.PHASES if p in got["phases"]]
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_one_tiny_step_is_measured_by_phase(tmp_path):
     from selfevo.loop.loop import Loop
 

@@ -4,6 +4,7 @@ import argparse
 import contextlib
 import math
 
+import pytest
 from benchmarks import recipe_memory
 from benchmarks import train_step as ts
 
@@ -22,6 +23,7 @@ class ScriptedPeaks:
         return {"phases": {"off": 0.52, "on": 0.31}, "peak_gib": 0.52}
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_checkpointing_cost_alternates_the_modes_drops_the_warm_up_pair_and_reports_each_mode(monkeypatch):
     """Three off/on pairs of real updates on tiny-random (repeats=2 and a warm-up pair); the updates are given the
     times 9, 9 (warm-up), 1.0, 1.5, 2.0, 2.6 s and the modes the peaks 0.52 and 0.31 GiB, so every number is worked

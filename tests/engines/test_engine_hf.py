@@ -53,6 +53,7 @@ def test_greedy_matches_transformers_generate(make_store):
     assert "4" in outs[0].text
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_two_adapters_differ_and_step_is_served(make_store):
     store = make_store(("a0", "a1"))
     randomize_adapters(store)
@@ -93,6 +94,7 @@ def test_engine_logprobs_match_policy_store(make_store):
         assert mad < 1e-4, mad
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_seeds_reproduce_and_compaction_changes_nothing(make_store):
     store = make_store(("a0", "a1"))
     randomize_adapters(store)
@@ -113,6 +115,7 @@ def test_stop_strings_cut_text():
     assert truncate_at_stop("abc", ("x",)) == ("abc", False)
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_heterogeneous_backbones_in_one_call(make_store):
     from selfevo.policy import LoraSettings, PolicyStore, StoreSettings
 
@@ -191,6 +194,7 @@ def mixed_requests(lengths, temperature=1.0):
     return msgs, reqs
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 @pytest.mark.parametrize("max_batch,join_every", [(64, 1), (64, 8), (3, 1)])
 def test_rows_joining_mid_flight_get_what_they_would_alone(make_store, max_batch, join_every):
     store = make_store(("a0", "a1"))
@@ -238,6 +242,7 @@ def test_multilora_keeps_no_layer_input_alive_after_a_forward(make_store):
     assert len(calls) == 4 * layers  # per layer: q/k/v share one input, o, gate/up share one, down
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_multilora_set_rows_serves_a_new_batch(make_store):
     store = make_store(("a0", "a1"))
     randomize_adapters(store)
@@ -289,6 +294,7 @@ def test_lean_decode_only_for_models_it_reproduces(make_store):
     assert not lean.supported(gemma)  # sliding-window layers, other norms: the full forward serves it
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_prefill_without_padding_skips_the_mask(make_store):
     """One unpadded row prefills with no attention mask (SDPA's causal kernel): the same logits as with its mask."""
     from selfevo.engines import kvcache
@@ -372,6 +378,7 @@ def test_engine_counts_the_shapes_of_its_forwards(make_store):
 
 
 # ---- the KV-cache budget ----------------------------------------------------------------------------------------
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_samples_of_one_prompt_prefill_once_and_get_what_they_would_alone(make_store):
     """A GRPO-style group (4 seeded samples of one prompt and adapter) and a second adapter's copy of the same
     prompt: two prefill rows, not five; each sample's tokens and log-probs are those it gets alone."""
@@ -428,6 +435,7 @@ def test_admissible_by_hand(running, width, left, waiting, budget, expected):
     assert admissible(running, width, left, waiting, budget) == expected
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_kv_budget_keeps_the_cache_small_and_the_outputs_unchanged(make_store, monkeypatch):
     """Requests under a KV budget of two of them: every decode forward's whole cache (rows x capacity) stays within
     it, fewer rows run together than without it, and every request gets exactly its unlimited tokens. Greedy: the

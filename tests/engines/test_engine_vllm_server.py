@@ -84,6 +84,7 @@ def test_requests_go_as_token_ids_with_their_adapter_seed_and_sampling(make_stor
     assert fake.loaded == {}  # a user's server gets its adapters back out at close
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_each_update_is_a_new_name_and_the_old_one_is_unloaded_after_use(make_store, fake, tmp_path):
     store = make_store()
     engine = engine_on(store, fake, tmp_path=tmp_path)
@@ -163,6 +164,7 @@ def test_replicas_share_a_backbone_and_backbones_get_their_own_server(make_store
 
 
 # ---- failures are one line -------------------------------------------------------------------------------------------
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_a_dead_server_is_a_one_line_error(make_store, fake, tmp_path):
     store = make_store()
     engine = engine_on(store, fake, tmp_path=tmp_path)
@@ -191,6 +193,7 @@ def test_a_refused_load_is_a_one_line_error(make_store, fake, tmp_path):
     assert engine.generate([Request("a0", MSGS[0], SP)])[0].token_ids  # the next call loads it
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_a_slow_answer_is_a_one_line_timeout(make_store, fake, tmp_path):
     store = make_store()
     engine = engine_on(store, fake, tmp_path=tmp_path, request_timeout=0.5)
@@ -230,6 +233,7 @@ def started(store, tmp_path, **kw):
                        launcher=(sys.executable, FAKE_SCRIPT), **kw)
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_started_servers_serve_and_are_stopped_with_their_workers(make_store, tmp_path):
     store = make_store()
@@ -264,6 +268,7 @@ def test_a_server_that_dies_at_start_or_never_gets_healthy_is_one_line(make_stor
     assert not _pid_alive(pid) and not _group_alive(pid)  # stopped, not left behind
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_the_exit_hook_stops_servers_left_open(make_store, tmp_path):
     from selfevo.engines import vllm_process
 

@@ -61,6 +61,7 @@ def scripted(tmp_path, monkeypatch, right):
     return [f"data.tasks=[{tasks}]", "engine.name=examples_script"]
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_maporl_debate_smoke(tmp_path, monkeypatch):
     out = tmp_path / "run"
     # agent0 right on 1+1 only, agent1 on 2+0 only: each agent's final answers score 1 and 0
@@ -116,6 +117,7 @@ class Scripted:
 
 
 # ---- TTRL ------------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_ttrl_smoke(tmp_path, monkeypatch):
     out = tmp_path / "run"
     right = scripted(tmp_path, monkeypatch, lambda r, k: k % 3 == 0)  # 2, 3, 3: the wrong 3 wins the vote
@@ -165,6 +167,7 @@ def test_srlm_smoke_trains_the_adapter_with_trl_dpo(tmp_path, monkeypatch):
     assert not any(".ref." in k for k in adapter) and not list((out / "dpo").glob("checkpoint-*"))  # no TRL copies
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_srlm_preference_pairs_best_vs_worst_by_mean_judge_score():
     from selfevo.interaction import Turn
     from selfevo.roles import Parsed
@@ -188,6 +191,7 @@ def test_srlm_preference_pairs_best_vs_worst_by_mean_judge_score():
 
 
 # ---- composed rewards ------------------------------------------------------------------------------------------
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_compose_rewards_smoke_grpo_groups(tmp_path, monkeypatch):
     out = tmp_path / "run"
     right = scripted(tmp_path, monkeypatch, lambda r, k: k % 3 == 0)  # each task's 4 answers: right, wrong, wrong, right

@@ -160,6 +160,7 @@ def test_a_server_killed_mid_step_is_started_again_or_stops_the_run_for_a_resume
     no_orphans(run)
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 @linux_only
 def test_a_server_killed_between_calls_is_started_again_until_the_restarts_are_used_up(make_store, tmp_path, capsys):
     """Killed from outside while the trainer is busy elsewhere: the next call notices it (here when it unloads the

@@ -4,6 +4,7 @@ evaluated once and stand for every agent."""
 import json
 from types import SimpleNamespace
 
+import pytest
 from omegaconf import OmegaConf
 
 from helpers.scripted import ReplyEngine
@@ -23,6 +24,7 @@ def reply(request) -> str:
     return f"\\boxed{{{i + 1 if right else i + 7}}}"
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_each_agent_answers_alone_with_the_task_prompt_and_is_scored_as_selfevo_eval_scores():
     engine, ticks = ReplyEngine(reply), []
     got = agent_accuracy(engine, ["good", "bad"], TASKS, GREEDY, seed="0/eval", progress=ticks.append)
@@ -46,6 +48,7 @@ def test_one_model_only_when_greedy_untrained_agents_share_a_backbone():
     assert not one_model(_store(True), ["good"], 0.0)
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_heldout_accuracy_reads_the_eval_section_and_evaluates_one_model_once(tmp_path):
     data = tmp_path / "sums.jsonl"
     data.write_text("".join(json.dumps({"id": t.id, "domain": "math", "question": t.question,

@@ -248,6 +248,7 @@ def test_cli_resume_appends_one_launch_and_one_step(comas_run):
     assert (out / "adapters" / "step_2" / "agent1" / "adapter_config.json").exists()
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_a_run_logs_only_its_own_sandbox_jobs(tmp_path):
     """Code verified in this process before the run (another run, a test) is not counted in the run's first step."""
     import helpers.golden_engine  # noqa: F401  (registers engine "golden")

@@ -238,6 +238,7 @@ def test_clpo_trains_only_the_central_adapter_and_reports_eq8(make_store):
                                           - 0.01 * stats["entropy"], rel=1e-4)
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_clpo_listwise_choice_scores_every_candidate_after_each_rationale(make_store):
     """The default L_choice is Eq. 6 as written: each row's rationale, then every candidate's decision string of its
     slate, scored (K rows sharing the row's prefix), −Σ_k A_k log π(d_k | ...), averaged over the slate's rows with a
@@ -276,6 +277,7 @@ def test_clpo_listwise_choice_scores_every_candidate_after_each_rationale(make_s
     assert abs(sampled["choice"] - listwise["choice"]) > 1e-3
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_clpo_ablation_switches_and_defaults(make_store):
     store = make_store(agents=("central",), micro_batch=4)
     samples = clpo_samples(store)

@@ -1,5 +1,7 @@
 """train_agents reports its progress: one line before each agent's call and one after the last, with the rows and
 tokens done of the update's total."""
+import pytest
+
 from selfevo.interaction import Episode, Turn
 from selfevo.loop import TrainerCfg
 from selfevo.optimizers import OPTIMIZERS, train_agents
@@ -12,6 +14,7 @@ def _turn(agent, prompt, completion, reward):
                 reward=reward)
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_progress_lines(make_store):
     store = make_store(agents=("a0", "a1", "a2"))
     turns = [_turn("a0", [5, 6, 7], [8, 9], 1.0), _turn("a0", [5], [8], 0.0),    # 5 + 2 tokens

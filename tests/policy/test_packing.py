@@ -135,6 +135,7 @@ def test_store_attends_as_packed_attention_says(make_store, monkeypatch, setting
     assert bool(seen) is calls
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 @pytest.mark.parametrize("setting", ["ranges", "mask"])
 def test_store_logprobs_and_gradients_packed_equal_unpacked(make_store, setting):
     store = make_store(("a0",), packed_attention=setting)
@@ -165,6 +166,7 @@ def test_store_keeps_a_prompts_rows_in_one_micro_batch(make_store):
     assert [mb.attention_mask.sum(-1).tolist() for mb in store.micro_batches(b)] == [[13, 10], [7, 7], [4]]
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_store_step_packed_matches_unpacked(make_store):
     """A GRPO step packed: the same loss and gradient norm as unpacked, and the adapter moves (AdamW's first step
     moves every weight by about ±lr, so the moves themselves are compared through the gradients above)."""

@@ -60,6 +60,7 @@ def test_reference_policy_is_adapter_disabled(make_store):
         assert (store.token_logprobs("a0", b) - store.token_logprobs(None, b)).abs().max() > 1e-3
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_micro_batched_gradients_equal_one_big_batch(make_store):
     b = SeqBatch.build([[5, 6, 7], [9], [4, 4]], [[8, 9], [1, 2, 3, 4], [6]], 2)
     n_tokens = b.loss_mask.sum()
@@ -102,6 +103,7 @@ def test_save_load_roundtrip_and_peft_format(make_store, tmp_path):
         torch.testing.assert_close(store.token_logprobs("a1", b), want)
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_load_adapter_errors(make_store, tmp_path):
     store = make_store(("a0",))
     with pytest.raises(FileNotFoundError, match="no adapter_model.safetensors"):
@@ -167,6 +169,7 @@ def test_right_padded_rows_score_as_alone_without_a_padding_mask(make_store):
                                store.token_logprobs("a0", SeqBatch.build([[5]], [[6, 7]], 0))[0, 1:])
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_activation_dtype_lora_matches_peft_forward_and_gradients(make_store):
     """The training-time LoRA forward (A, B cast to the activations' dtype, the up-projection accumulated into the
     base output in one addmm) gives PEFT's outputs and LoRA gradients: exactly in fp32 (the exactness check), to
@@ -208,6 +211,7 @@ def _dropout_store(make_store, checkpointing: bool):
     return store
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_gradient_checkpointing_takes_the_same_step(make_store):
     b = SeqBatch.build([[5, 6, 7], [9], [4, 4]], [[8, 9], [1, 2, 3, 4], [6]], 2)
     loss = lambda logp, mb, ent: -(logp * mb.loss_mask).sum() / 7 - 0.1 * (ent * mb.loss_mask).sum() / 7  # noqa
@@ -222,6 +226,7 @@ def test_gradient_checkpointing_takes_the_same_step(make_store):
     torch.testing.assert_close(after[0][1], after[1][1], atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_gradient_checkpointing_keeps_no_activations_inside_the_layers_and_is_undone(make_store):
     from selfevo.policy.store import checkpointed_layers
 
@@ -284,6 +289,7 @@ def test_chosen_logprobs_and_entropy_stay_on_the_inputs_device():
     assert hidden.grad.device.type == "meta"
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_an_update_maps_its_micro_batches_layer_blocks_and_sets_the_threshold_back(make_store, monkeypatch):
     """With ``heap_threshold`` the store sets glibc's threshold from each training micro-batch's layer block (rows ×
     width × hidden × 4 B, 7/8 of it, at least 1 MB) and restores its own after the step; scoring leaves it alone;
@@ -346,6 +352,7 @@ def test_scoring_temperatures():
     assert scoring_temperatures(torch.zeros(0)).shape == (0,)
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 @pytest.mark.parametrize("shared", [False, True])
 def test_store_scores_each_row_at_its_sampling_temperature(make_store, shared):
     """Rows sampled at 0.5, greedily (0) and at 1.7 are scored at 0.5, 1 and 1.7: log_softmax(logits / T) of the

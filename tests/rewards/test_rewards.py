@@ -579,6 +579,7 @@ def test_noisy_judge_at_accuracy_zero_flips_every_verdict():
     assert res.metrics["judge_flip_rate"] == 1.0
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_noisy_judge_flips_at_its_rate_seeded_and_independent_of_the_batch():
     episodes = [noisy_episode(f"\\boxed{{{k % 7}}} (answer {k})") for k in range(2000)]
     source = REWARD_SOURCES.get("noisy_judge")(accuracy=0.65, seed=3)

@@ -105,6 +105,7 @@ def test_challenger_math_answer_may_be_boxed():
     assert verify(parsed.value, "<answer>\\boxed{4.5}</answer>").score == 1.0
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_challenger_parses_a_fenced_code_item_into_a_valid_task():
     parsed = challenger().parse(GOOD_CODE, reference=CODE_REF)
     assert parsed.ok, parsed.error
@@ -143,6 +144,7 @@ def test_challenger_code_statement_that_copies_the_tests_shows_them_once():
     assert challenger().parse(only_tests, reference=CODE_REF).error.startswith("format: the <question> holds only")
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_wrong_reference_solution_fails_validation():
     parsed = challenger().parse(WRONG_CODE, reference=CODE_REF)
     assert parsed.ok  # the format is fine; validation runs the reference

@@ -15,6 +15,7 @@ def seeds():
     return sage_seed_set(seed=0, data_root=DATA)
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 @needs_data
 def test_seed_set_has_table5_counts_and_unique_ids(seeds):
     assert SAGE_COUNTS == {"math": 156, "gsm8k": 148, "humaneval_substitute": 87, "mbpp": 109}
@@ -45,11 +46,13 @@ def test_seed_code_items_validate(seeds):
     assert [explain_item(t) for t in sample] == [""] * 10
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 @needs_data
 def test_seed_math_items_validate(seeds):
     assert all(validate_item(t) is None for t in seeds if t.domain == "math")
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 @needs_data
 def test_seed_set_is_deterministic_for_a_seed(seeds):
     again = sage_seed_set(seed=0, data_root=DATA)

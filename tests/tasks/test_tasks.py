@@ -108,6 +108,7 @@ def test_hand_checked_references():
     assert tasks("scibench_sol")[0].meta["solution"]
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 @needs_data
 def test_code_entries_mapping():
     he = tasks("humaneval")[0]
@@ -148,6 +149,7 @@ def test_maslab_items_are_matched_to_the_full_benchmarks():
     assert "\\boxed{}" in format_prompt(tasks("maslab_gsm8k")[0])
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 @needs_data
 def test_math_level_filter_and_options():
     hard = tasks("math", "train", levels=(4, 5))
@@ -210,6 +212,7 @@ def _fast(task):
     return task
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 @needs_data
 def test_canonical_code_solutions_pass():
     for task in tasks("humaneval")[:3]:  # body-only completions: the verifier prepends meta["prompt"]

@@ -457,6 +457,7 @@ def test_legitimate_solution_passes(case):
     assert verdict.score == 1.0, verdict.reason
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_prompt_helpers_are_trusted_but_the_entry_stub_is_the_programs():
     """The prefix's complete functions are the tests' (a program cannot redefine them for the tests), while a stub
     (docstring, ``pass``, imports: HumanEval/115 imports before its docstring) is what the program writes, even when

@@ -74,10 +74,12 @@ def no_marker():
 # ---- time ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_infinite_loop_in_function():
     assert_contained(run("def f(x):\n    while True:\n        pass\n"), "timed out")
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_infinite_loop_at_import():
     assert_contained(run("while True:\n    pass\n" + OK_F), "timed out")
 
@@ -134,6 +136,7 @@ def test_fork_bomb_without_guard_hits_process_limit():
 # ---- memory and output ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_memory_bomb():
     assert_contained(run("x = 'a' * (10 ** 11)\n" + OK_F), "memory")
     grow = "def f(x):\n    keep = []\n    while True:\n        keep.append(bytearray(10 ** 8))\n"
@@ -301,6 +304,7 @@ def search_run(tokens: dict, jail: bool):
     return run_program(program, steps, SEARCH_LIMITS, jail=jail)
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_file_search_finds_the_answer_keys_without_the_jail(answer_keys):
     """The control: the search program does find every key where nothing hides the host's files."""
     result = search_run(answer_keys, jail=False)

@@ -44,6 +44,7 @@ def _code(tests, solution, entry_point="add"):
                 meta={"verifier": "code", "reference_solution": solution})
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_validate_code_items():
     add = "def add(a, b):\n    return a + b\n"
     assert validate_item(_code("assert add(1, 2) == 3\n", add)) is None

@@ -34,6 +34,7 @@ BAD_LINES = [
 ]
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 @pytest.mark.parametrize("workers", [1, 2])
 def test_cli_scores_every_line_in_order(tmp_path, workers, capsys):
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"

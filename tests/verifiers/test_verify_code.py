@@ -96,6 +96,7 @@ def test_half_correct_solution_scores_half():
     assert "first failure" in verdict.reason
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_one_hanging_test_costs_only_that_test():
     code = "def add(a, b):\n    while a == -1:\n        pass\n    return a + b"
     verdict = verify(code_task(ASSERTS, limits={**FAST, "unit_s": 0.5}), fenced(code))
@@ -117,6 +118,7 @@ def test_humaneval_style_check_with_prompt():
     assert verify(code_task(tests, "inc", prompt=prompt), full).score == 0.5
 
 
+@pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
 def test_pytest_style_with_parametrize_and_solution_import():
     tests = ("import pytest\nfrom solution import double\n\n@pytest.mark.parametrize('x,y', [(1, 2), (2, 4)])\n"
              "def test_double(x, y):\n    assert double(x) == y\n\ndef test_zero():\n    assert double(0) == 0\n\n"
@@ -162,6 +164,7 @@ def test_custom_eq_cannot_fake_call_results():
     assert verdict.score == 0.0 and "type Any (it overrides Any.__eq__)" in verdict.reason
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 def test_rebinding_builtins_or_numpy_cannot_fake_results():
     record = {"problem": "p", "starter_code": "class Solution:\n    def f(self, x):\n",
               "tests": [{"input": "1", "output": "2", "testtype": "functional"}]}
@@ -247,6 +250,7 @@ def test_evalplus_oracle_modes():
 MINI = os.path.join(DATA, "humanevalplus", "HumanEvalPlus-Mini.jsonl.gz")
 
 
+@pytest.mark.slow  # over 0.7 s on the AVX2 machine: out of the quick subset
 @pytest.mark.skipif(not os.path.exists(MINI), reason="HumanEval+ Mini data not found")
 def test_evalplus_humaneval_plus_mini_task():
     from selfevo.verifiers.code import evalplus_data, evalplus_tasks
