@@ -6,7 +6,7 @@
 Since selfevo.heap's layer threshold (``StoreSettings(heap_threshold=...)``, what ``build.policy_store`` sets), an
 update maps blocks of 7/8 of one layer input's bytes and more on their own (between 1 and 8 MB), where before it
 mapped blocks of 8 MB and more. Mapped blocks are unmapped when freed (no heap holes: less memory) but every fresh
-page faults and is zeroed (time). This measures both on fixed rows, one checkpointed optimizer step after another:
+page faults and is zeroed (time). This measures both on fixed rows, one checkpointed parameter update after another:
 
 * ``comas``: 16 rows of 520-740 prompt + 12-128 completion tokens (11,401 in all, the main job's agent update);
 * ``maestro``: 8 rows of 700-900 prompt + 6-40 completion tokens, two slates of 4 rows that share their prompt.

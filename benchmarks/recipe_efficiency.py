@@ -6,7 +6,7 @@
 Each repeat runs ``selfevo run RECIPE`` for ``--steps`` steps at ``trainer.tasks_per_step=--tasks`` and again at the
 preset's own ``tasks_per_step``, then calibrates the step model (``step_calibration.py``: the HF engine's joins by
 rows × prompt width, its decode steps by rows × keys swept, the store's train and score micro-batches by width at
-the recipe's micro-batch, the optimizer step) on a store and engine built from the same config, and, unless
+the recipe's micro-batch, the parameter update) on a store and engine built from the same config, and, unless
 ``--no-micro``, the two older micro-benchmarks (``rollout_throughput.py``'s multi-LoRA path: 32 prompts × 128
 tokens, 4 adapters; ``train_step.py``: 32 rows × 256 tokens, micro-batch 8). A run's figures come from its last
 step (the first warms up: allocations, packed weights). Figures are medians over the repeats:

@@ -5,7 +5,7 @@
         [--out rl_step_vs_trl]
 
 Both sides: the embedded model, LoRA r=16 (alpha 32, all linear layers), --completions / 4 prompts of --task's
-training split (default GSM8K) × 4 completions of at most --tokens tokens per step, the math verifier as reward, one optimizer step per rollout batch,
+training split (default GSM8K) × 4 completions of at most --tokens tokens per step, the math verifier as reward, one parameter update per rollout batch,
 gradient checkpointing as --checkpointing on both sides (on: TRL's GRPOConfig default and selfevo's
 ``trainer.gradient_checkpointing`` default). selfevo runs its trainer defaults otherwise (``trainer.shared_prompts``:
 a prompt's 4 completions run the prompt's forward once in the update; ``--no-shared-prompts`` turns it off).
@@ -107,7 +107,7 @@ def trl_run(tasks, args) -> tuple[float, list[float]]:
 
 
 class _StepTimer(TrainerCallback):
-    """Wall time of each optimizer step (TRL generates inside the step)."""
+    """Wall time of each parameter update (TRL generates inside the step)."""
 
     def __init__(self):
         self.seconds, self._t = [], 0.0

@@ -9,9 +9,9 @@ does (backbone, dtype, LoRA, one adapter per agent, ``engine.*``, ``trainer.micr
 - ``decode``: one engine decode step (``_Lane.step``: sampling, bookkeeping, the decode forward) with ``rows`` rows
   and a KV cache whose attention sweeps ``keys`` keys (zero keys written straight into the cache: no prefill
   needed), averaged over ``grid.decode_steps`` steps after one warm-up step;
-- ``train``: :func:`selfevo.optimizers.base.policy_step` (the recipes' clipped on-policy step) on one micro-batch
+- ``train``: :func:`selfevo.optimizers.base.policy_update` (the recipes' clipped on-policy step) on one micro-batch
   of ``micro_batch`` rows of ``width`` tokens (the last ``min(max_new_tokens, width // 2)`` of them scored, as a
-  completion), less ``optimizer_s``: the same step on one row of 16 tokens (the fixed cost of an optimizer step,
+  completion), less ``optimizer_s``: the same step on one row of 16 tokens (the fixed cost of a parameter update,
   an upper bound: it includes that row's forward and backward);
 - ``score``: :func:`selfevo.optimizers.base.score` (no gradients) on the same micro-batch.
 
@@ -31,12 +31,12 @@ from benchmarks.step_model import Calibration, Table
 from selfevo.engines import build_engine, kvcache
 from selfevo.engines.hf import HFEngine, _Lane
 from selfevo.loop import build
-from selfevo.optimizers.base import policy_step, score
+from selfevo.optimizers.base import policy_update, score
 from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import SeqBatch
 from selfevo.types import Request, SamplingParams
 
-OPTIMIZER_ROW = 16  # tokens of the one-row step that prices an optimizer step
+OPTIMIZER_ROW = 16  # tokens of the one-row step that prices a parameter update
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def update_tables(store, micro_batch: int, grid: Grid, max_new_tokens: int) -> t
         batch = _batch(rows, width, max_new_tokens, vocab)
         adv = torch.randn(rows, generator=torch.Generator().manual_seed(width))[:, None] * batch.loss_mask
         start = _clock(store.device)
-        policy_step(store, agent, batch, adv, on_policy)
+        policy_update(store, agent, batch, adv, on_policy)
         return _clock(store.device) - start
 
     def scored(width: int) -> float:

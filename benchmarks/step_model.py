@@ -5,7 +5,7 @@ A step logs the shapes of its forwards (``rollout_shapes``, ``update_shapes`` in
 forward of a given shape costs (a :class:`Calibration`). The prediction adds them up::
 
     rollout = Σ_prefill count · P(rows, width) + Σ_decode count · D(rows, keys)
-    update  = Σ_train count · rows/mb · T(width) + Σ_score count · rows/mb · S(width) + optimizer steps · O
+    update  = Σ_train count · rows/mb · T(width) + Σ_score count · rows/mb · S(width) + parameter updates · O
 
 - ``P(rows, width)``: seconds of one join of the HF engine: ``rows`` prompts left-padded to ``width`` prefilled
   together (the KV cache set up; a merge into a running batch is not priced: engine overhead);
@@ -16,7 +16,7 @@ forward of a given shape costs (a :class:`Calibration`). The prediction adds the
   of ``width`` tokens, right-padded to the longest row of the micro-batch as the store runs it, so padding counts
   as work; a micro-batch of fewer (or, with slates kept together, more) rows costs ``rows/mb`` of it;
   ``S(width)`` the same forward without gradients (reference / old log-probs); ``O``: the fixed cost of one
-  optimizer step (gradient clip, AdamW over the adapter).
+  parameter update (gradient clip, AdamW over the adapter).
 
 Each entry is priced at its mean size (Σ size / count). KV-cache merges and compactions (``merge``, ``compact``),
 joins waiting for rows, the protocol's own work between requests, reward scoring and data preparation are not

@@ -11,7 +11,7 @@ What is split and what is reduced (see ``docs/scale.md``):
 * rollouts: the runner runs the episodes ``i`` with ``i % world == rank`` and gathers the finished episodes into
   the global order on every rank (:func:`gather_shards`); request seeds are keyed per episode, so the result does
   not depend on the world size;
-* updates: advantages over all of an agent's rows on every rank; each optimizer step's rows dealt across ranks
+* updates: advantages over all of an agent's rows on every rank; each parameter update's rows dealt across ranks
   (:meth:`~selfevo.policy.SeqBatch.shard`), the adapter's gradients summed (:func:`all_reduce_grads`) before
   clipping — the loss normaliser is the step's global token count, so the sum is the single-process gradient;
 * files: rank 0 alone writes logs, checkpoints and adapters (:func:`is_main`); the others wait at :func:`barrier`.

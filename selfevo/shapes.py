@@ -5,7 +5,7 @@ step's time from.
 prompt width), ``decode`` (one per decode step: rows in the forward, finished ones not yet dropped included, and
 the keys its attention sweeps), ``merge`` and ``compact`` (KV-cache copies: rows and key width after); the policy
 store counts ``train`` (one per forward + backward micro-batch: rows, padded width), ``score`` (one per no-grad
-scoring micro-batch), ``row`` (one per trained row: its tokens) and ``optimizer`` (one per optimizer step: its rows
+scoring micro-batch), ``row`` (one per trained row: its tokens) and ``optimizer`` (one per parameter update: its rows
 on this rank). A size goes in a bin (:func:`size_bin`) and the entry keeps the exact sum, so ``[*key, bin, count,
 sum]`` in :meth:`Shapes.to_json` gives every entry's count and mean size.
 """

@@ -1,6 +1,6 @@
 """transformers + peft engine: left-padded batches, mixed adapters in one forward, a lean decode loop.
 
-It serves the live weights of a :class:`~selfevo.policy.PolicyStore` (no copy), so an optimizer step is visible to
+It serves the live weights of a :class:`~selfevo.policy.PolicyStore` (no copy), so a parameter update is visible to
 the next ``generate`` by construction; ``sync_adapter`` has nothing to do. Rows that finish are dropped from the
 batch (KV cache, masks and adapters alike) so the tail of a long generation costs only the rows still running.
 """

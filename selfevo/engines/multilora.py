@@ -9,7 +9,7 @@ costs many small kernels per layer and step. Here every adapter in the batch is 
 so a row only receives its own adapter's update (a row with no adapter receives none) at the price of computing all
 n shrinks, which is cheap for small ranks. PEFT's LoRA layers are switched off meanwhile (``disable_adapter``), so
 the base output comes from the frozen weights and the delta from the hook. The weights are read live at ``__enter__``:
-an optimizer step before the next ``generate`` is always served.
+a parameter update before the next ``generate`` is always served.
 """
 from __future__ import annotations
 

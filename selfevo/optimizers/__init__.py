@@ -6,10 +6,10 @@ A factory's keyword parameters after the trainer section name the config section
 clpo)``): a run passes its sections of those names (:func:`selfevo.loop.build.optimizer`).
 The math is pure functions in :mod:`~selfevo.optimizers.objectives`."""
 from selfevo.optimizers import clpo, policy_gradient, sft  # noqa: F401  (registers the optimizers)
-from selfevo.optimizers.base import (OPTIMIZERS, Optimizer, Samples, UpdateSpec, policy_step, reference_logprobs,
+from selfevo.optimizers.base import (OPTIMIZERS, Optimizer, Samples, UpdateSpec, policy_update, reference_logprobs,
                                     score, train_agents)
 from selfevo.optimizers.clpo import ClpoCfg
 from selfevo.optimizers.trainer import TrainerCfg
 
-__all__ = ["OPTIMIZERS", "ClpoCfg", "Optimizer", "Samples", "TrainerCfg", "UpdateSpec", "policy_step",
+__all__ = ["OPTIMIZERS", "ClpoCfg", "Optimizer", "Samples", "TrainerCfg", "UpdateSpec", "policy_update",
            "reference_logprobs", "score", "train_agents"]

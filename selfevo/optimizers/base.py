@@ -157,23 +157,23 @@ def reference_logprobs(store: PolicyStore, agent: str, batch: SeqBatch, cfg: Tra
     reference adapter when it has one (:meth:`PolicyStore.reference_of`), else the backbone with the adapter
     disabled. The current log-probs are scored only when the KL folds into the reward (``kl_in_reward``: the
     return needs them before the update); as a loss term the KL is taken from the training forward itself
-    (:func:`policy_step` reports it as ``kl``), so the current policy is not scored: (None, reference)."""
+    (:func:`policy_update` reports it as ``kl``), so the current policy is not scored: (None, reference)."""
     if cfg.kl_coef == 0:
         return None, None
     cur = score(store, agent, batch) if cfg.kl_in_reward else None  # (scored first, as before)
     return cur, score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
 
 
-def policy_step(store: PolicyStore, agent: str, batch: SeqBatch, advantages: torch.Tensor, cfg: TrainerCfg,
+def policy_update(store: PolicyStore, agent: str, batch: SeqBatch, advantages: torch.Tensor, cfg: TrainerCfg,
                 ref_logp: torch.Tensor | None = None) -> dict:
     """Clipped-surrogate updates of ``agent`` (CoMAS Eq. 11) over ``batch``: ``cfg.epochs`` passes of optimizer
     steps of ``cfg.train_batch`` rows (shuffled per pass, seeded by the agent and its adapter version), each
     aggregated over its own rows by ``cfg.loss_agg``. ``advantages`` [B, T] (0 off the mask); with ``ref_logp`` and
     ``kl_in_reward=False`` a KL loss term is added, and the stats' ``kl`` is its token mean (the estimator's, from
-    each optimizer step's own forward, averaged over the steps).
+    each parameter update's own forward, averaged over the steps).
 
-    The old log-probs: the first optimizer step runs on the rollout policy itself, so its old log-probs are its own
-    forward's, detached (ratio exactly 1, under the same LoRA dropout mask as the gradient: :func:`first_step_rows`);
+    The old log-probs: the first parameter update runs on the rollout policy itself, so its old log-probs are its own
+    forward's, detached (ratio exactly 1, under the same LoRA dropout mask as the gradient: :func:`first_update_rows`);
     the rows of later steps are scored once before the first step (no dropout, as the engine samples). One step over
     all rows needs no scoring at all.
     """
@@ -181,18 +181,18 @@ def policy_step(store: PolicyStore, agent: str, batch: SeqBatch, advantages: tor
     if ref_logp is not None and not cfg.kl_in_reward:
         extras["ref"] = ref_logp
     rows = batch.input_ids.shape[0]
-    steps_rows = step_rows(rows, cfg, torch.Generator().manual_seed(hash_seed(agent, store.versions[agent])))
+    steps_rows = update_rows(rows, cfg, torch.Generator().manual_seed(hash_seed(agent, store.versions[agent])))
     later = sorted({i for step in steps_rows[1:] for i in step})
     if later:
         extras["old"] = old_logprobs(store, agent, batch, later)
     batch = batch.with_extras(**extras)
-    steps = [_clipped_step(store, agent, first_step_rows(batch.rows(steps_rows[0])), cfg)]
+    steps = [_clipped_step(store, agent, first_update_rows(batch.rows(steps_rows[0])), cfg)]
     steps += [_clipped_step(store, agent, batch.rows(r), cfg) for r in steps_rows[1:]]
-    return _merge_steps(steps)
+    return _merge_updates(steps)
 
 
-def step_rows(rows: int, cfg: TrainerCfg, gen: torch.Generator) -> list[list[int]]:
-    """Row indices of every optimizer step of :func:`policy_step`: ``cfg.epochs`` passes, each over the rows in a
+def update_rows(rows: int, cfg: TrainerCfg, gen: torch.Generator) -> list[list[int]]:
+    """Row indices of every parameter update of :func:`policy_update`: ``cfg.epochs`` passes, each over the rows in a
     random order (``gen``; in order when one step takes them all) cut into steps of ``cfg.train_batch`` rows."""
     size = cfg.train_batch or rows
     out = []
@@ -210,8 +210,8 @@ def old_logprobs(store: PolicyStore, agent: str, batch: SeqBatch, rows: Sequence
     return out
 
 
-def first_step_rows(batch: SeqBatch) -> SeqBatch:
-    """The first optimizer step's rows without old log-probs: the policy has not moved since the rollout, so the
+def first_update_rows(batch: SeqBatch) -> SeqBatch:
+    """The first parameter update's rows without old log-probs: the policy has not moved since the rollout, so the
     loss takes its own forward's log-probs, detached, as the old ones (ratio exactly 1). Scored apart, without
     dropout, they would differ from the forward's under LoRA dropout by the dropped inputs alone, and the clip
     would cut gradients of a policy that has not changed."""
@@ -261,14 +261,14 @@ def gradient_rows(batch: SeqBatch) -> SeqBatch | None:
     return batch.rows(live) if live else None
 
 
-def _merge_steps(steps: list[dict]) -> dict:
-    """Stats of several optimizer steps: loss, grad norm, clip fraction and KL to the rollout policy averaged;
-    ``optimizer_steps`` counts the steps taken (a non-finite gradient skips one), ``rows_left_out`` the rows not run
+def _merge_updates(steps: list[dict]) -> dict:
+    """Stats of several parameter updates: loss, grad norm, clip fraction and KL to the rollout policy averaged;
+    ``parameter_updates`` counts the steps taken (a non-finite gradient skips one), ``rows_left_out`` the rows not run
     for want of a gradient (:func:`gradient_rows`)."""
     mean = lambda key: sum(s[key] for s in steps) / len(steps)  # noqa: E731
     merged = {"loss": mean("loss"), "grad_norm": mean("grad_norm"), "skipped": any(s["skipped"] for s in steps),
               "clip_frac": mean("clip_frac"), "kl_rollout": mean("kl_rollout"),
-              "optimizer_steps": sum(not s["skipped"] for s in steps),
+              "parameter_updates": sum(not s["skipped"] for s in steps),
               "rows_left_out": sum(s["rows_left_out"] for s in steps)}
     if all("kl" in s for s in steps):
         merged["kl"] = mean("kl")

@@ -11,7 +11,7 @@ tokens), and a slate always stays in one micro-batch. Per-row ``batch.extras``:
 * ``choices`` [B, K, L] (token ids), ``choice_mask`` [B, K, L] (1 on real tokens), ``choice_reward`` [B, K, 1]
   (r(c_k)): the decision string of every candidate k of the row's slate and its reward (listwise L_choice only).
 
-Per optimizer step over whole slates S (``|S|`` slates, ``G_s`` rows of slate s with decision tokens), L_choice —
+Per parameter update over whole slates S (``|S|`` slates, ``G_s`` rows of slate s with decision tokens), L_choice —
 Eq. 6, ``−Σ_k A_k log π(k | q, C)`` with ``A_k = r(c_k) − r̄`` — in the form ``clpo.choice_form`` names:
 
 * ``listwise`` (the default; as written): ``L_choice = 1/|S| Σ_s 1/G_s Σ_g −Σ_k A_k log π(d_k | q, C, ρ_g)``
@@ -40,7 +40,7 @@ and
 The terms have no importance ratio (as written in the paper), so CLPO makes one pass over each rollout
 (``trainer.epochs`` must be 1: a second pass would be an uncorrected off-policy update, KL and entropy included);
 the paper's "three epochs" are three passes over the training questions (``trainer.max_steps``).
-``trainer.train_batch`` rows (rounded up to whole slates) per optimizer step, slates in a seeded order.
+``trainer.train_batch`` rows (rounded up to whole slates) per parameter update, slates in a seeded order.
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def _members(groups: Sequence[Hashable]) -> dict:
 
 
 def slate_steps(groups: Sequence[int], size: int, gen: torch.Generator) -> list[list[int]]:
-    """Row indices of the optimizer steps of one pass: whole slates in a seeded random order, packed until a step
+    """Row indices of the parameter updates of one pass: whole slates in a seeded random order, packed until a step
     holds at least ``size`` rows (0: one step with every row, in order)."""
     members = list(_members(groups).values())
     if not size:
@@ -244,7 +244,7 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
         steps = [_step(store, agent, batch.rows(rows), names, weights, cfg, lambda_ent, _of_rows(choices, rows))
                  for _ in range(cfg.epochs) for rows in slate_steps(gid, cfg.train_batch, gen)]
         out = {k: sum(s[k] for s in steps) / len(steps) for k in ("loss", "grad_norm", *TERMS)}
-        out.update(skipped=any(s["skipped"] for s in steps), optimizer_steps=sum(not s["skipped"] for s in steps),
+        out.update(skipped=any(s["skipped"] for s in steps), parameter_updates=sum(not s["skipped"] for s in steps),
                    slates=len(index), mean_advantage_abs=float(extras["adv"].abs().mean()))
         if choices is not None:
             out["choice_rows"] = int(choices.input_ids.shape[0])
@@ -268,7 +268,7 @@ def _of_rows(choices: SeqBatch | None, rows: list[int]) -> SeqBatch | None:
 
 def _step(store: PolicyStore, agent: str, batch: SeqBatch, names: list[str], weights: dict, cfg: TrainerCfg,
           lambda_ent: float, choices: SeqBatch | None = None) -> dict:
-    """One optimizer step over whole slates (``batch``) and, for the listwise L_choice, their rows' candidate rows
+    """One parameter update over whole slates (``batch``) and, for the listwise L_choice, their rows' candidate rows
     (``choices``, each row's K kept in one micro-batch; they enter L_choice only)."""
     n_tok, n_slates = count_tokens([batch.loss_mask]), len(set(batch.groups))
     listwise = choices is not None

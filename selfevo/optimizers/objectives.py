@@ -233,7 +233,7 @@ LOSS_AGG = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")  # the mo
 
 
 def count_tokens(masks: Sequence[Tensor]) -> float:
-    """Total masked tokens over the micro-batches of one optimizer step: the global ``normaliser`` for token_mean."""
+    """Total masked tokens over the micro-batches of one parameter update: the global ``normaliser`` for token_mean."""
     return float(sum(m.float().sum().item() for m in masks))
 
 
@@ -243,7 +243,7 @@ def count_sequences(masks: Sequence[Tensor]) -> float:
 
 
 def step_normaliser(masks: Sequence[Tensor], mode: str) -> float:
-    """The global normaliser of one optimizer step for :func:`aggregate_loss`'s ``mode``: its masked tokens for
+    """The global normaliser of one parameter update for :func:`aggregate_loss`'s ``mode``: its masked tokens for
     ``token_mean``, its non-empty sequences for the sequence modes."""
     if mode not in LOSS_AGG:
         raise ValueError(f"unknown loss aggregation mode {mode!r}; expected one of {', '.join(LOSS_AGG)}")
@@ -253,7 +253,7 @@ def step_normaliser(masks: Sequence[Tensor], mode: str) -> float:
 def token_mean(loss: Tensor, mask: Tensor, normaliser: float | Tensor | None = None) -> Tensor:
     """``sum(loss * mask) / max(normaliser, 1)``; normaliser defaults to this batch's token count.
 
-    To split one optimizer step into micro-batches, pass the step's total token count
+    To split one parameter update into micro-batches, pass the step's total token count
     (:func:`count_tokens`) as ``normaliser`` to every micro-batch and *sum* (do not average) their losses /
     accumulate their gradients: the total equals the token mean over the concatenated step (OpenRLHF/verl
     ``token-mean``). An all-masked batch gives 0 and keeps the autograd graph.

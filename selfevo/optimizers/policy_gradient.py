@@ -1,6 +1,6 @@
 """Policy-gradient optimizers over rewarded samples: REINFORCE++ (CoMAS), Task-Relative REINFORCE++ (SAGE), GRPO.
 
-All three end in the same clipped-surrogate step (:func:`~selfevo.optimizers.base.policy_step`); they differ only
+All three end in the same clipped-surrogate step (:func:`~selfevo.optimizers.base.policy_update`); they differ only
 in how rewards become advantages (pure functions in :mod:`selfevo.optimizers.objectives`).
 
 ``task_relative`` and ``grpo`` are ONE implementation, :func:`group_normalised` (sequence advantages normalised
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Hashable
 
-from selfevo.optimizers.base import OPTIMIZERS, WHITEN_EPS, Optimizer, Samples, policy_step, reference_logprobs
+from selfevo.optimizers.base import OPTIMIZERS, WHITEN_EPS, Optimizer, Samples, policy_update, reference_logprobs
 from selfevo.optimizers.objectives import kl_estimate, masked_mean, reinforce_pp_advantages, task_relative_advantages
 from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import PolicyStore
@@ -33,7 +33,7 @@ def reinforce_pp(cfg: TrainerCfg) -> Optimizer:
         beta = cfg.kl_coef if cfg.kl_in_reward else 0.0
         adv = reinforce_pp_advantages(samples.rewards, kl, batch.loss_mask, beta=beta, eps=WHITEN_EPS,
                                       group_ids=samples.groups)
-        return _with_kl(policy_step(store, agent, batch, adv, cfg, ref), kl, batch.loss_mask)
+        return _with_kl(policy_update(store, agent, batch, adv, cfg, ref), kl, batch.loss_mask)
 
     return Optimizer(update)
 
@@ -64,7 +64,7 @@ def group_normalised(cfg: TrainerCfg, default_groups: Grouping) -> Optimizer:
         if kl is not None and cfg.kl_in_reward:
             rewards = rewards - cfg.kl_coef * kl.sum(-1)
         adv = task_relative_advantages(rewards, groups, eps=WHITEN_EPS)[:, None] * batch.loss_mask
-        return _with_kl(policy_step(store, agent, batch, adv, cfg, ref), kl, batch.loss_mask)
+        return _with_kl(policy_update(store, agent, batch, adv, cfg, ref), kl, batch.loss_mask)
 
     return Optimizer(update)
 
@@ -83,7 +83,8 @@ def grpo(cfg: TrainerCfg) -> Optimizer:
 
 
 def _with_kl(stats: dict, kl, loss_mask) -> dict:
-    """``stats["kl"]``: the mean KL folded into the reward when there is one (else policy_step's loss-term KL, or 0)."""
+    """``stats["kl"]``: the mean KL folded into the reward when there is one (else policy_update's loss-term KL,
+    or 0)."""
     if kl is not None:
         stats["kl"] = float(masked_mean(kl, loss_mask))
     stats.setdefault("kl", 0.0)

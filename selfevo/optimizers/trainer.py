@@ -30,7 +30,7 @@ class TrainerCfg:
     prompt_reuse: int = opt(1, "independent episodes of each task per step (CoMAS Table 2: 4)", ge=1)
     optimizer: str = opt(MISSING, "how rewarded turns update each agent: each recipe names its own (its config's "
                                   "trainer default); no default for all", choices=_optimizers)
-    train_batch: int = opt(0, "rows per optimizer step (0: all of an agent's rows of the step in one optimizer "
+    train_batch: int = opt(0, "rows per parameter update (0: all of an agent's rows of the step in one optimizer "
                               "step, on-policy, ratio 1)", ge=0)
     epochs: int = opt(1, "passes over an agent's rows per step (old log-probs from the rollout policy)", ge=1)
     lr: float = opt(1e-5, "AdamW peak learning rate of every adapter", gt=0)
@@ -66,7 +66,7 @@ class TrainerCfg:
                                         "micro-batch's blocks stop fragmenting the heap (MAESTRO cpu step: 3.89 -> "
                                         "2.08 GiB peak) for page faults on every fresh block (its update 1.5x "
                                         "slower; docs/benchmarks.md); false: blocks of 8 MB and more only")
-    max_grad_norm: float = opt(1.0, "gradient-norm clip per optimizer step", gt=0)
+    max_grad_norm: float = opt(1.0, "gradient-norm clip per parameter update", gt=0)
     mask_truncated: bool = opt(True, "leave completions cut by the token limit out of training (released code)")
     kl_coef: float = opt(0.0, "β: weight of the KL to the reference policy (adapter disabled)", ge=0)
     kl_estimator: str = opt("k1", "KL estimator", choices=("k1", "k2", "k3"))
@@ -76,7 +76,7 @@ class TrainerCfg:
     kl_in_reward: bool = opt(True, "fold the KL into the return (CoMAS Eq. 9) instead of a loss term")
     clip_eps: float = opt(0.2, "PPO clip range ε", gt=0, lt=1)
     loss_agg: str = opt("token_mean", "how the clipped-surrogate optimizers (reinforce_pp, task_relative, grpo) "
-                                      "average per-token losses (KL loss term included) over an optimizer step: "
+                                      "average per-token losses (KL loss term included) over a parameter update: "
                                       "token_mean (every token alike: OpenRLHF, verl, TRL's loss_type=dapo), "
                                       "seq_mean_token_mean (each answer's token mean, then the mean over answers: "
                                       "DeepSeekMath Eq. 3, TRL's loss_type=grpo), seq_mean_token_sum (each answer's "

@@ -51,7 +51,7 @@ DEFAULT_PANELS: list[tuple[str, list[str]]] = [
     ("grad norm", ["train.*.grad_norm"]),
     ("KL", ["train.*.kl", "train.*.kl_rollout"]),
     ("clip fraction", ["train.*.clip_frac"]),
-    ("optimizer steps", ["train.*.optimizer_steps"]),
+    ("parameter updates", ["train.*.parameter_updates"]),
     ("SAGE question pool", ["pool_size"]),
     ("SAGE admission", ["pool_added", "acceptance_rate", "rejected.*"]),
     ("tokens and masked samples", ["tokens", "masked_samples"]),

@@ -138,7 +138,7 @@ def test_recipe_end_to_end_with_resume(tmp_path):
                     "identification_r2", "accuracy_r2", "select_parse_failure_rate_r1"):
             assert key in m
         train = m["train"]["central"]
-        assert set(train) >= {"choice", "rank", "kl", "entropy"} and train["optimizer_steps"] == 1
+        assert set(train) >= {"choice", "rank", "kl", "entropy"} and train["parameter_updates"] == 1
         assert list(m["train"]) == ["central"]  # frozen execution agents: no adapter, nothing else trains
     strip = lambda m: {k: v for k, v in m.items() if k not in ("rollout_s", "update_s", "step_s")}  # noqa: E731
     assert [strip(m) for m in metrics] == [strip(m) for m in lines(ref / "metrics.jsonl")]  # resume = uninterrupted
@@ -171,7 +171,7 @@ def test_recipe_chained_selection_trains_both_stages(tmp_path, monkeypatch):
     out = tmp_path / "run"
     assert cli.main(args(tmp_path, out, "trainer.max_steps=1", "protocol.rounds=1", "protocol.central_chain=true")) == 0
     [m] = lines(out / "metrics.jsonl")
-    assert m["train"]["central"]["optimizer_steps"] == 1 and "select_parse_failure_rate" in m
+    assert m["train"]["central"]["parameter_updates"] == 1 and "select_parse_failure_rate" in m
     # 3 questions × G = 3: nine rationale rows (rationale tokens only) and nine number rows (decision tokens only)
     reasons = [s for s in seen if s[0] == "central_sample_reason"]
     numbers = [s for s in seen if s[0] == "central_sample"]
@@ -216,7 +216,7 @@ def test_baseline_trainers_run(tmp_path, optimizer):
     if optimizer == "none":  # prompt only: no training samples are drawn, nothing trains
         assert not samples and not reasons and m["train"] == {} and "coverage" in m
     elif optimizer == "grpo":  # the whole central output, advantages normalised within each slate's G samples
-        assert len(samples) == len(reasons) == 3 * 2 * 3 and m["train"]["central"]["optimizer_steps"] == 1
+        assert len(samples) == len(reasons) == 3 * 2 * 3 and m["train"]["central"]["parameter_updates"] == 1
     else:  # SFT on the correct selections only (both stages of each: its rationale and its number)
         assert [t["reward"] for t in reasons] == [t["reward"] for t in samples]
         assert m["train"]["central"]["rows"] == 2 * sum(t["reward"] > 0 for t in samples)
@@ -276,9 +276,9 @@ def test_clpo_makes_one_pass_per_rollout(tmp_path):
     slates_per_step = cfg.trainer.tasks_per_step * cfg.protocol.rounds
     rows_per_step = slates_per_step * cfg.protocol.central_samples
     assert cfg.trainer.epochs == 1 and cfg.trainer.max_steps == 3 * -(-7473 // cfg.trainer.tasks_per_step)
-    # "global batch size 32": 32 slates (CLPO's unit: one slate's G ranked outputs) per optimizer step
+    # "global batch size 32": 32 slates (CLPO's unit: one slate's G ranked outputs) per parameter update
     assert cfg.trainer.train_batch == 32 * cfg.protocol.central_samples
-    assert rows_per_step // cfg.trainer.train_batch == 3  # optimizer steps per rollout (was 27 x 3 epochs = 81)
+    assert rows_per_step // cfg.trainer.train_batch == 3  # parameter updates per rollout (was 27 x 3 epochs = 81)
 
 
 @pytest.mark.slow  # over 1 s on the AVX2 machine: out of the quick subset
@@ -298,7 +298,7 @@ def test_sft_then_clpo_with_the_sft_adapter_as_start_and_reference(tmp_path):
     assert cli.main(args(tmp_path, base_ref, init, "trainer.max_steps=1", no_dropout)) == 0
     (m,) = lines(clpo / "metrics.jsonl")
     (b,) = lines(base_ref / "metrics.jsonl")
-    # one optimizer step, KL measured before it: the policy is its reference (0), not the base model (> 0)
+    # one parameter update, KL measured before it: the policy is its reference (0), not the base model (> 0)
     assert m["train"]["central"]["kl"] == pytest.approx(0.0, abs=1e-6) and b["train"]["central"]["kl"] > 1e-4
     ref = load_file(str(clpo / "checkpoint" / "adapters" / "ref_central" / "adapter_model.safetensors"))
     assert all(torch.equal(ref[k], start[k]) for k in start)  # the reference stays the SFT adapter

@@ -34,9 +34,9 @@ def test_comas_paper_preset_runs_one_step(tmp_path):
     assert m["step"] == 0 and len(episodes) == 64 * 4
     assert all(len(e["turns"]) == 8 * 3 for e in episodes)
     # every agent trains on its scorer turns (solver/evaluator turns are masked: their scores do not parse), in
-    # optimizer steps of the paper's train batch of 64 rows
+    # parameter updates of the paper's train batch of 64 rows
     assert set(m["train"]) == {"agent0", "agent1", "agent2", "agent3"}
-    assert all(t["optimizer_steps"] == -(-t["rows"] // 64) for t in m["train"].values())
+    assert all(t["parameter_updates"] == -(-t["rows"] // 64) for t in m["train"].values())
 
 
 @pytest.mark.slow
@@ -71,8 +71,8 @@ def test_maestro_paper_preset_runs_one_step(tmp_path):
         assert roles.count("execution") == 3 * 9 and roles.count("central") == 3
         assert roles.count("central_sample") == 3 * 9
     central = m["train"]["central"]
-    # global batch 32 slates (288 rows): 96 slates per step -> 3 optimizer steps, one pass
-    assert central["slates"] == 96 and central["optimizer_steps"] == 3
+    # global batch 32 slates (288 rows): 96 slates per step -> 3 parameter updates, one pass
+    assert central["slates"] == 96 and central["parameter_updates"] == 3
 
 
 @pytest.mark.parametrize("recipe,loras,rank,model_len,memory", [
@@ -123,4 +123,4 @@ def test_azr_paper_preset_runs_one_step(tmp_path):
     # solve tasks are drawn from the buffers (the identity triplet) and the proposals are all format errors
     assert m["step"] == 0 and len(episodes) == 2 * 3 * 64
     assert m["validity"] == {"format": 3 * 64} and list(m["train"]) == ["azr"]
-    assert m["train"]["azr"]["optimizer_steps"] == -(-m["train"]["azr"]["rows"] // 128)
+    assert m["train"]["azr"]["parameter_updates"] == -(-m["train"]["azr"]["rows"] // 128)

@@ -57,7 +57,7 @@ def test_sage_steps_grow_the_pool_with_verified_items_and_reward_every_role(tmp_
     for e in episodes:
         for t in e["turns"]:
             assert (t["reward"] is None) == (t["role"] == "difficulty")  # difficulty samples are not trained
-    assert metrics[0]["train"]["sage"]["optimizer_steps"] == 1
+    assert metrics[0]["train"]["sage"]["parameter_updates"] == 1
     assert metrics[0]["solver_accuracy"] is not None and "format.challenger" in metrics[0]
 
 

@@ -18,7 +18,7 @@ STEP = {"step_s": 30.0, "rollout_s": 20.0, "update_s": 6.0, "concurrency": 4.0, 
 
 def test_figures_put_the_prediction_beside_the_measurement():
     f = re_.figures(STEP, CAL, rollout_rate=50.0, train_rate=None)
-    # rollout: 2 joins × 0.1 + 5 steps × 3.0 = 15.2; update: 2 micro-batches × 2.0 + one optimizer step 0.5 = 4.5
+    # rollout: 2 joins × 0.1 + 5 steps × 3.0 = 15.2; update: 2 micro-batches × 2.0 + one parameter update 0.5 = 4.5
     assert f["rollout_predicted_s"] == pytest.approx(15.2) and f["update_predicted_s"] == pytest.approx(4.5)
     assert f["rollout_measured_over_predicted"] == pytest.approx(20 / 15.2)
     assert f["update_measured_over_predicted"] == pytest.approx(6 / 4.5)
@@ -74,7 +74,10 @@ def test_the_whole_script_on_the_tiny_model(tmp_path, capsys):
     for figs in (result, result["preset_tasks_per_step"]):
         for key in keys:
             assert math.isfinite(figs[key]) and figs[key] > 0, key
-        assert figs["predicted_prefill_s"] > 0 and figs["predicted_decode_s"] > 0 and figs["predicted_train_s"] > 0
+        assert figs["predicted_prefill_s"] > 0 and figs["predicted_decode_s"] > 0
+        # a micro-batch's train time is measured less the fixed cost of a parameter update (clamped at 0): on the
+        # tiny model the two are within the timer's noise on a loaded machine, so 0 is a fair measurement here
+        assert math.isfinite(figs["predicted_train_s"]) and figs["predicted_train_s"] >= 0
     assert "rollout_efficiency" not in result  # --no-micro
     assert [line.split()[:2] for line in out[-6:-1]] == [["phase", "tasks"], ["rollout", "1"], ["update", "1"],
                                                          ["rollout", "1"], ["update", "1"]]

@@ -57,7 +57,7 @@ def test_rollout_prediction_prices_each_entry_at_its_mean_size():
     assert got["total_s"] == pytest.approx(got["prefill_s"] + got["decode_s"])
 
 
-def test_update_prediction_counts_rows_per_micro_batch_and_optimizer_steps():
+def test_update_prediction_counts_rows_per_micro_batch_and_parameter_updates():
     cal = _calibration()
     shapes = {"train": [[4, 192, 2, 384],  # two full micro-batches of width 192: 2 × 1.6
                         [2, 256, 1, 256],  # half a micro-batch of width 256: 0.5 × 2.2

@@ -90,7 +90,7 @@ def test_each_update_is_a_new_name_and_the_old_one_is_unloaded_after_use(make_st
     engine = engine_on(store, fake, tmp_path=tmp_path)
     tag = engine.tag
     first = engine.generate([Request("a0", MSGS[0], SP, seed=1), Request("a1", MSGS[0], SP, seed=1)])
-    store.versions["a0"] += 1  # what an optimizer step does; the engine notices it without sync_adapter
+    store.versions["a0"] += 1  # what a parameter update does; the engine notices it without sync_adapter
     second = engine.generate([Request("a0", MSGS[0], SP, seed=1), Request("a1", MSGS[0], SP, seed=1)])
     assert sorted(b["model"] for b in fake.completions[2:]) == [f"a0-v1{tag}", f"a1-v0{tag}"]
     assert loads(fake) == [f"a0-v0{tag}", f"a1-v0{tag}", f"a0-v1{tag}"]  # never a reload of the same name

@@ -177,7 +177,7 @@ def test_a_server_killed_between_calls_is_started_again_until_the_restarts_are_u
         (server,) = engine._all()
         killed = server.proc.pid
         os.kill(killed, signal.SIGKILL)
-        store.versions["a0"] += 1  # an optimizer step: the next call retires a0-v0 and loads a0-v1
+        store.versions["a0"] += 1  # a parameter update: the next call retires a0-v0 and loads a0-v1
         again = engine.generate(reqs)
         assert again[1].token_ids == first[1].token_ids and again[0].token_ids  # a1-v0, same seed: same answer
         (line,) = errors(capsys.readouterr().err)

@@ -225,7 +225,7 @@ def test_clpo_trains_only_the_central_adapter_and_reports_eq8(make_store):
     moved = lambda who: sum(float((after[n] - before[n]).abs().sum()) for n in before  # noqa: E731
                             if ("lora_" in n and f".{who}." in n) or (who == "base" and "lora_" not in n))
     assert moved("central") > 0 and moved("other") == 0 and moved("base") == 0
-    assert store.versions == {"central": 1, "other": 0} and stats["optimizer_steps"] == 1 and stats["slates"] == 2
+    assert store.versions == {"central": 1, "other": 0} and stats["parameter_updates"] == 1 and stats["slates"] == 2
     # the terms it reports are Eq. 6-8 on the store's own log-probs (a fresh adapter: π = π_ref, KL = 0)
     x, adv = samples.batch.extras, samples.rewards - samples.batch.extras["slate_mean"]
     want_choice = sum(float(slate_terms(logp[r], x["decision"][r], x["rationale"][r], adv[r], samples.rewards[r])[0])
@@ -291,7 +291,7 @@ def test_clpo_ablation_switches_and_defaults(make_store):
     plain = Samples(SeqBatch(samples.batch.input_ids, samples.batch.attention_mask, samples.batch.loss_mask),
                     samples.rewards)
     stats = OPTIMIZERS.get("clpo")(TrainerCfg(train_batch=2), ClpoCfg(choice_form="sampled"))(store, "central", plain)
-    assert stats["rank"] == 0.0 and stats["optimizer_steps"] == 2 and stats["slates"] == 2
+    assert stats["rank"] == 0.0 and stats["parameter_updates"] == 2 and stats["slates"] == 2
     with pytest.raises(ValueError, match="needs every row's candidate decisions"):  # listwise without candidates
         OPTIMIZERS.get("clpo")(TrainerCfg())(store, "central", plain)
     ablated = OPTIMIZERS.get("clpo")(TrainerCfg(), ClpoCfg(choice=False, lambda_ent=0.0))(store, "central", plain)

@@ -157,11 +157,11 @@ def test_micro_batch_size_does_not_change_the_gradient(store):
 
 
 @pytest.mark.parametrize("train_batch,epochs,steps", [(0, 1, 1), (2, 1, 2), (3, 1, 2), (0, 2, 2), (2, 2, 4)])
-def test_train_batch_and_epochs_count_optimizer_steps(store, train_batch, epochs, steps):
+def test_train_batch_and_epochs_count_parameter_updates(store, train_batch, epochs, steps):
     before = snapshot(store)
     cfg = TrainerCfg(train_batch=train_batch, epochs=epochs)
     stats = OPTIMIZERS.get("reinforce_pp")(cfg)(store, "a1", samples_of(store))
-    assert stats["optimizer_steps"] == steps and store.versions["a1"] == steps and stats["skipped"] is False
+    assert stats["parameter_updates"] == steps and store.versions["a1"] == steps and stats["skipped"] is False
     assert delta(before, snapshot(store), "a1") > 0 and delta(before, snapshot(store), "a0") == 0
     if on_policy(cfg):
         assert stats["kl_rollout"] == 0.0 and stats["clip_frac"] == 0.0
@@ -431,7 +431,7 @@ def test_samples_from_turns_record_each_turns_sampling_temperature():
 
 
 @pytest.mark.parametrize("mode", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"])
-def test_policy_step_aggregates_by_loss_agg(store, mode):
+def test_policy_update_aggregates_by_loss_agg(store, mode):
     """On-policy (ratio 1) the PPO loss of a token is -A, so the step's loss is trainer.loss_agg's aggregate of -A
     over the whole batch, micro-batches of one row each included (the step's normaliser)."""
     from selfevo.optimizers.objectives import aggregate_loss
@@ -466,7 +466,7 @@ def test_loss_agg_changes_the_step_as_the_weights_say(store):
 
 @pytest.mark.parametrize("epochs", [1, 2])
 def test_first_mini_batch_ratio_is_exactly_one_with_lora_dropout(make_store, monkeypatch, epochs):
-    """LoRA dropout 0.3, two optimizer steps of two rows: the first step runs on the rollout policy, and its ratio is
+    """LoRA dropout 0.3, two parameter updates of two rows: the first step runs on the rollout policy, and its ratio is
     exactly 1 on every token (old log-probs from the same forward, the same dropout mask) — scored apart without
     dropout they differed by the dropped inputs; only the rows of later steps are scored beforehand."""
     from helpers.adapters import randomize_adapters
@@ -490,7 +490,7 @@ def test_first_mini_batch_ratio_is_exactly_one_with_lora_dropout(make_store, mon
     monkeypatch.setattr(base, "score", count)
     torch.manual_seed(0)
     stats = OPTIMIZERS.get("grpo")(TrainerCfg(train_batch=2, epochs=epochs))(store, "a0", samples_of(store))
-    assert stats["optimizer_steps"] == 2 * epochs
+    assert stats["parameter_updates"] == 2 * epochs
     assert scored_rows == [("a0", 2 if epochs == 1 else 4)]  # old log-probs only for the rows of later steps
     first = torch.cat(ratios[:1 if store.settings.micro_batch >= 2 else 2])
     assert first.numel() > 0 and torch.equal(first, torch.ones_like(first))

@@ -183,6 +183,6 @@ def test_store_step_packed_matches_unpacked(make_store):
         before = [p.detach().clone() for p in store.adapter_params("a0")]
         stats.append(OPTIMIZERS.get("grpo")(TrainerCfg())(store, "a0", Samples(b, rewards)))
         assert max(float((p.detach() - q).abs().max()) for p, q in zip(store.adapter_params("a0"), before)) > 0
-        assert stats[-1]["optimizer_steps"] == 1
+        assert stats[-1]["parameter_updates"] == 1
     assert stats[1]["loss"] == pytest.approx(stats[0]["loss"], rel=1e-4, abs=1e-6)
     assert stats[1]["grad_norm"] == pytest.approx(stats[0]["grad_norm"], rel=1e-4)

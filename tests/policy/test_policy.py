@@ -264,7 +264,7 @@ def test_gradient_checkpointing_keeps_no_activations_inside_the_layers_and_is_un
 
 def test_store_counts_its_micro_batches_rows_steps_and_scoring_passes(make_store):
     """Rows of 5, 9, 3, 7, 2 tokens at micro-batch 2: sorted longest first and cut (9, 7 | 5, 3 | 2), each
-    micro-batch padded to its longest row; one optimizer step of 5 rows; a no-grad score pass counted apart."""
+    micro-batch padded to its longest row; one parameter update of 5 rows; a no-grad score pass counted apart."""
     from selfevo.optimizers.base import score
 
     lengths = [5, 9, 3, 7, 2]
