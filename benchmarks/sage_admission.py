@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from selfevo.algorithms.pool import ADMISSION
 from selfevo.types import Task
 from selfevo.verifiers.validate import check_generated
 
@@ -28,7 +29,7 @@ def critic_score(episode: dict) -> int | None:
 def admission(run: Path) -> dict:
     episodes = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
     challenges = [e for e in episodes if e["turns"] and e["turns"][0]["role"] == "challenger"]
-    admitted = [e for e in challenges if e.get("admission") == "admitted"]
+    admitted = [e for e in challenges if e.get(ADMISSION) == "admitted"]
     failing = Counter()
     for e in admitted:
         new = e["new_task"]
@@ -36,7 +37,7 @@ def admission(run: Path) -> dict:
                                          meta={"verifier": "math"}))
         failing[reason] += reason is not None
     return {"run": str(run), "challenges": len(challenges),
-            "reasons": dict(Counter(e.get("admission") for e in challenges)), "admitted": len(admitted),
+            "reasons": dict(Counter(e.get(ADMISSION) for e in challenges)), "admitted": len(admitted),
             "admitted_from_critic_score_1": sum(critic_score(e) == 1 for e in admitted),
             "admitted_failing_generated_checks": {k: v for k, v in failing.items() if k},
             "admitted_confirmed_by_a_sample": sum(e.get("r_d") is not None and e["r_d"] < 1 for e in admitted),

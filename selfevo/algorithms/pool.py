@@ -21,6 +21,7 @@ from selfevo.tasks import TaskDataError
 from selfevo.tasks.base import jsonl_records
 from selfevo.types import Task
 
+ADMISSION = "admission"  # an episode's admission verdict ("admitted" or why it was refused), as its log records it
 NEW_TASK = "new_task"  # an episode's generated task, as its log records it (selfevo report verifies answers to it)
 FIELDS = ("id", "domain", "question", "origin", "difficulty", "verifier", "reference", "tests", "reference_solution",
           "entry_point", "prompt_format")
@@ -181,7 +182,7 @@ def admit_each(episodes: list, pool: QuestionPool, admit: Callable[[object], str
     :func:`pool_metrics`."""
     reasons = [admit(ep) for ep in episodes]
     for ep, reason in zip(episodes, reasons):
-        ep.meta["admission"] = reason or "admitted"
+        ep.meta[ADMISSION] = reason or "admitted"
     return pool_metrics(reasons, pool)
 
 
