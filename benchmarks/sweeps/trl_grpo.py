@@ -8,10 +8,10 @@ It takes ``selfevo run grpo``'s arguments (``--preset`` and ``key=value``; the s
 ``output_dir``) and reads the grpo recipe's config from them: the model, LoRA r/alpha/dropout on the same modules,
 ``data.tasks`` (first ``data.limit`` items), the evaluation's own prompt (``format_prompt``), ``tasks_per_step``
 prompts × ``prompt_reuse`` answers per step at the config's temperature and token limit, the verifier's 1/0 reward
-alone, group-normalised advantages, one optimizer step per rollout batch at a constant learning rate, KL β to the
-backbone as a k3 loss term, token-mean loss over the step (TRL: ``loss_type="dapo"``), truncated answers trained on,
-micro-batches of ``micro_batch`` rows. TRL sees exactly selfevo's task batches in selfevo's order
-(``shuffle_dataset=False`` over the concatenated step batches of the same seed). Differences that remain: TRL's
+alone, group-normalised advantages, one parameter update per rollout batch at a constant learning rate, KL β to
+the backbone as a k3 loss term, the loss aggregated as ``trainer.loss_agg`` (token_mean: TRL's ``loss_type="dapo"``;
+seq_mean_token_mean: ``"grpo"``), truncated answers trained on, micro-batches of ``micro_batch`` rows. TRL sees
+exactly selfevo's task batches in selfevo's order (``shuffle_dataset=False`` over the concatenated step batches of the same seed). Differences that remain: TRL's
 group std is the sample std (selfevo: population), and it generates with ``model.generate`` (selfevo: its
 continuous-batching engine).
 
@@ -56,6 +56,10 @@ def checkpoint_step(checkpoint: Path | None) -> int:
     return int(checkpoint.name.split("-")[-1]) if checkpoint else 0
 
 
+# selfevo's trainer.loss_agg as TRL's loss_type (TRL has no sum over an answer's tokens)
+TRL_LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo"}
+
+
 def grpo_config(cfg, out: Path):
     """TRL's GRPOConfig with the recipe config's settings."""
     from trl import GRPOConfig
@@ -64,12 +68,14 @@ def grpo_config(cfg, out: Path):
     rows = t.tasks_per_step * t.prompt_reuse
     if rows % t.micro_batch:
         raise SystemExit(f"tasks_per_step × prompt_reuse ({rows}) must be a multiple of micro_batch ({t.micro_batch})")
+    if t.loss_agg not in TRL_LOSS_TYPE:
+        raise SystemExit(f"trainer.loss_agg={t.loss_agg} has no TRL loss_type; take one of {', '.join(TRL_LOSS_TYPE)}")
     return GRPOConfig(
         output_dir=str(out / "trainer"), per_device_train_batch_size=t.micro_batch,
         gradient_accumulation_steps=rows // t.micro_batch, num_generations=t.prompt_reuse,
         max_completion_length=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, top_k=0,
         max_steps=t.max_steps, learning_rate=t.lr, lr_scheduler_type="constant", beta=t.kl_coef,
-        epsilon=t.clip_eps, loss_type="dapo", scale_rewards="group", mask_truncated_completions=t.mask_truncated,
+        epsilon=t.clip_eps, loss_type=TRL_LOSS_TYPE[t.loss_agg], scale_rewards="group", mask_truncated_completions=t.mask_truncated,
         num_iterations=t.epochs, max_grad_norm=t.max_grad_norm, adam_beta1=t.adam_beta1, adam_beta2=t.adam_beta2,
         weight_decay=t.weight_decay, shuffle_dataset=False, seed=cfg.seed, logging_steps=1, report_to="none",
         save_strategy="steps", save_steps=1, save_total_limit=1, use_cpu=True, bf16=False, dataloader_num_workers=0)

@@ -58,3 +58,15 @@ def test_no_checkpoint_means_a_fresh_start(tmp_path):
     (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
     assert trl_grpo.last_checkpoint(tmp_path).name == "checkpoint-2"
     assert trl_grpo.checkpoint_step(None) == 0
+
+
+@pytest.mark.parametrize("agg, loss_type", [("token_mean", "dapo"), ("seq_mean_token_mean", "grpo")])
+def test_trls_loss_type_follows_loss_agg(tmp_path, agg, loss_type):
+    cfg = trl_grpo.preset_config("cpu-learn", [*TINY, f"trainer.loss_agg={agg}"])
+    assert trl_grpo.grpo_config(cfg, tmp_path).loss_type == loss_type
+
+
+def test_a_loss_agg_trl_lacks_is_refused(tmp_path):
+    cfg = trl_grpo.preset_config("cpu-learn", [*TINY, "trainer.loss_agg=seq_mean_token_sum"])
+    with pytest.raises(SystemExit, match="no TRL loss_type"):
+        trl_grpo.grpo_config(cfg, tmp_path)
