@@ -11,9 +11,9 @@ prompts × ``prompt_reuse`` answers per step at the config's temperature and tok
 alone, group-normalised advantages, one parameter update per rollout batch at a constant learning rate, KL β to
 the backbone as a k3 loss term, the loss aggregated as ``trainer.loss_agg`` (token_mean: TRL's ``loss_type="dapo"``;
 seq_mean_token_mean: ``"grpo"``), truncated answers trained on, micro-batches of ``micro_batch`` rows. TRL sees
-exactly selfevo's task batches in selfevo's order (``shuffle_dataset=False`` over the concatenated step batches of the same seed). Differences that remain: TRL's
-group std is the sample std (selfevo: population), and it generates with ``model.generate`` (selfevo: its
-continuous-batching engine).
+exactly selfevo's task batches in selfevo's order (``shuffle_dataset=False`` over the concatenated step batches of
+the same seed). Differences that remain: TRL's group std is the sample std (selfevo: population), and it generates
+with ``model.generate`` (selfevo: its continuous-batching engine).
 
 Writes ``config.yaml`` (the config it read), ``metrics.jsonl`` (per step: ``reward.agent0``, ``train.agent0.kl``,
 ``length_by_role.solver``, ``step_s``: the keys the sweep's table and curves read) and, last, the adapter in
