@@ -75,7 +75,8 @@ def grpo_config(cfg, out: Path):
         gradient_accumulation_steps=rows // t.micro_batch, num_generations=t.prompt_reuse,
         max_completion_length=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, top_k=0,
         max_steps=t.max_steps, learning_rate=t.lr, lr_scheduler_type="constant", beta=t.kl_coef,
-        epsilon=t.clip_eps, loss_type=TRL_LOSS_TYPE[t.loss_agg], scale_rewards="group", mask_truncated_completions=t.mask_truncated,
+        epsilon=t.clip_eps, loss_type=TRL_LOSS_TYPE[t.loss_agg], scale_rewards="group",
+        mask_truncated_completions=t.mask_truncated,
         num_iterations=t.epochs, max_grad_norm=t.max_grad_norm, adam_beta1=t.adam_beta1, adam_beta2=t.adam_beta2,
         weight_decay=t.weight_decay, shuffle_dataset=False, seed=cfg.seed, logging_steps=1, report_to="none",
         save_strategy="steps", save_steps=1, save_total_limit=1, use_cpu=True, bf16=False, dataloader_num_workers=0)
