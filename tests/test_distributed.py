@@ -245,5 +245,6 @@ def test_torchrun_command_line(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (line,) = _lines(run / "metrics.jsonl")
     assert line["step"] == 0 and set(line["train"]) and line["tokens"] > 0
+    assert line["eval_start"]["n"] == 50  # the preset's held-out evaluation, its tasks split over the two ranks
     assert proc.stdout.count("recipe: comas") == 1  # the config is printed by rank 0 only
     assert (run / "adapters" / "final").is_dir() and json.loads((run / "run.json").read_text())[0]["world_size"] == 2

@@ -22,6 +22,7 @@ from typing import Any, Callable, ClassVar, Generator, Mapping, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from selfevo import distributed
 from selfevo.config import ConfigError, load_section
 from selfevo.errors import SelfevoError
 from selfevo.interaction import Ask, Episode, Runner, RunStatus, Turn
@@ -170,9 +171,21 @@ class Setup(abc.ABC):
         self._results = {}
         episodes = runner.run([Episode(t) for t in tasks], self.solve, self.name)
         self.waves, self.generations = runner.calls, runner.generations
-        results = [self._results.pop(ep.key) for ep in episodes]
+        finished = self._every_ranks_results()
+        results = [finished.pop(ep.key) for ep in episodes]
         return SetupRun(self.name, results, self.metrics(tasks, results), self.waves, self.generations,
                         dataclasses.asdict(self.opts), dataclasses.asdict(self.sampling))
+
+    def _every_ranks_results(self) -> dict[str, TaskResult]:
+        """The finished tasks' results: in a data-parallel run (the loop's held-out evaluation under torchrun) the
+        runner gives each rank its share of the episodes, so each rank finished only those: every rank's are
+        gathered."""
+        if not distributed.active():
+            return self._results
+        merged: dict[str, TaskResult] = {}
+        for part in distributed.all_gather_object(self._results):
+            merged.update(part)
+        return merged
 
     def _progress(self, status: RunStatus) -> None:
         """``progress`` of each wave as the runner counts it."""
