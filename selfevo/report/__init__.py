@@ -51,7 +51,8 @@ DEFAULT_PANELS: list[tuple[str, list[str]]] = [
     ("grad norm", ["train.*.grad_norm"]),
     ("KL", ["train.*.kl", "train.*.kl_rollout"]),
     ("clip fraction", ["train.*.clip_frac"]),
-    ("parameter updates", ["train.*.parameter_updates"]),
+    ("parameter updates", ["train.*.parameter_updates",
+                           "train.*.optimizer_steps"]),  # the name runs logged before the rename use
     ("SAGE question pool", ["pool_size"]),
     ("SAGE admission", ["pool_added", "acceptance_rate", "rejected.*"]),
     ("tokens and masked samples", ["tokens", "masked_samples"]),
