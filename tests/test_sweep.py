@@ -373,15 +373,37 @@ def _effect_sweep():
     return cfg, rows
 
 
+def _rerun_rows(out: Path) -> set[str]:
+    """The effect sweep's rows trained and evaluated again by the sweep (no seed carried over); a row never mixes
+    carried-over seeds with rerun ones."""
+    rerun = set()
+    for row in sorted(p for p in out.iterdir() if p.is_dir()):
+        kinds = {table.carried_over(d / "eval") for d in row.glob("seed*") if (d / "eval" / "summary.json").exists()}
+        assert len(kinds) == 1, f"{row.name} mixes carried-over and rerun seeds"
+        if kinds == {False}:
+            rerun.add(row.name)
+    return rerun
+
+
 def test_the_effect_sweeps_folders_rebuild_effect_jsons_rows():
-    """benchmarks/sweeps/effect.yaml's committed folders (effect.json's evaluations, carried over): ``--table``
-    gives every row's recorded numbers, and the committed table.{json,md} are that rebuild."""
+    """benchmarks/sweeps/effect.yaml's committed folders (effect.json's evaluations, carried over, and the rows
+    rerun since): ``--table`` gives every carried-over row's recorded numbers, a rerun row's seeds are the sweep's
+    own runs (run.json, every step), and the committed table.{json,md} are that rebuild."""
     cfg, rows = _effect_sweep()
     record = json.loads(EFFECT.read_text())
     got = table.collect(cfg, rows)
     assert list(got["rows"]) == list(rows) and got["n"] == 500 and got["baseline"] == "base"
     bases = {"base": record["bases"][next(iter(record["bases"]))], "base_auto": record["base"]}
+    rerun = _rerun_rows(Path(cfg.output_dir))
+    assert "grpo" in rerun and not rerun & set(bases)
     for name, r in got["rows"].items():
+        if name in rerun:
+            assert r["per_seed"] and set(r["per_seed"]) <= {str(k) for k in rows[name].get("seeds") or cfg.seeds}
+            for k, p in r["per_seed"].items():
+                run = Path(cfg.output_dir) / name / f"seed{k}"
+                assert (run / "run.json").exists() and p["steps"] == OmegaConf.load(run / "config.yaml").trainer.max_steps
+                assert p["command"].endswith(f"seed={k} output_dir=benchmarks/results/sweeps/effect/{name}/seed{k}")
+            continue
         if name in bases:
             assert r["accuracy"] == pytest.approx(sum(bases[name]["items"]) / 500, abs=1e-12), name
             assert r["per_seed"]["0"]["items"] == bases[name]["items"] and r["answer_chars"] == bases[name]["answer_chars"]
@@ -398,7 +420,8 @@ def test_the_effect_sweeps_folders_rebuild_effect_jsons_rows():
             (want["over_seeds"]["low"], want["over_seeds"]["high"]), abs=1e-12), name
         assert (r["train_s"], r["answer_chars"]) == (want["train_s"], want["chars_after"]), name
         assert [p["command"] for p in r["per_seed"].values()] == [p["command"] for p in want["per_seed"].values()]
-    assert got["rows"]["grpo"]["baseline"] == "base_auto"  # paired as recorded: with the base of its dtype
+    assert got["rows"]["trl_grpo"]["baseline"] == "base_auto"  # paired as recorded: with the base of its dtype
+    assert got["rows"]["grpo"]["baseline"] == "base"  # rerun in float32: paired with the float32 base
     out = Path(cfg.output_dir)
     assert (out / "table.json").read_text() == table.dumps(got)
     assert (out / "table.md").read_text() == table.markdown(got)
@@ -410,12 +433,17 @@ def test_convert_effect_writes_the_committed_folders(tmp_path):
     from benchmarks.sweeps import convert_effect
 
     cfg, _ = _effect_sweep()
-    convert_effect.convert(json.loads(EFFECT.read_text()), EFFECT_SWEEP, tmp_path)
-    made = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     committed = Path(cfg.output_dir)
+    rerun = _rerun_rows(committed)  # their folders are the sweep's own runs now
+    convert_effect.convert(json.loads(EFFECT.read_text()), EFFECT_SWEEP, tmp_path)
+    made = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*")
+            if p.is_file() and p.relative_to(tmp_path).parts[0] not in rerun}
     assert made == {p: (committed / p).read_bytes() for p in made}
-    assert {p.relative_to(committed) for p in committed.rglob("*") if p.is_file()} - set(made) == {
-        Path("table.json"), Path("table.md")}
+    tracked = subprocess.run(["git", "ls-files", str(committed)], cwd=ROOT, capture_output=True, text=True).stdout
+    files = {Path(x).relative_to(committed.relative_to(ROOT)) for x in tracked.split()} or {
+        p.relative_to(committed) for p in committed.rglob("*") if p.is_file()}  # no git: the folder as it is
+    assert {p for p in files if p.parts[0] not in rerun} - set(made) == {
+        Path("table.json"), Path("table.md"), Path("curves.png")}
     assert all(p.parts[-1] in ("summary.json", "items.jsonl") for p in made)
 
 
@@ -488,10 +516,14 @@ def test_the_adapter_manifest_names_each_row_its_command_seed_and_hash():
 
     manifest = json.loads((ROOT / "benchmarks" / "results" / "adapters.json").read_text())["adapters"]
     record = json.loads(EFFECT.read_text())["methods"]
+    cfg, _ = _effect_sweep()
+    swept = json.loads((Path(cfg.output_dir) / "table.json").read_text())["rows"]
+    rerun = _rerun_rows(Path(cfg.output_dir))  # their adapter is the sweep's run's, named by its command
     assert {a["row"] for a in manifest} == {"grpo", "trl_grpo", "sage", "sage_no_planner",
                                             "comas_judge_1.0_lr5e-4_role"}
     for a in manifest:
-        assert a["command"] == record[a["row"]]["per_seed"][str(a["seed"])]["command"], a["row"]
+        runs = swept if a["row"] in rerun else record
+        assert a["command"] == runs[a["row"]]["per_seed"][str(a["seed"])]["command"], a["row"]
         assert len(a["adapter_model.safetensors sha256"]) == 64
         file = ROOT / "benchmarks" / "results" / "adapters" / a["row"] / "adapter_model.safetensors"
         if file.exists():
