@@ -361,6 +361,11 @@ def test_a_carried_over_evaluation_is_in_the_table_but_not_taken_for_the_sweeps_
     from selfevo.sweep import status
 
     assert status(base) == "to evaluate (its carried-over evaluation is replaced)"
+    assert "mixed" not in got["g"]
+    _fake_eval(tmp_path / "g" / "seed1", [1, 1, 1, 0])  # seeds rerun one by one: the row says it mixes both
+    md = table.markdown(mixed := table.collect(cfg, rows))
+    assert mixed["rows"]["g"]["mixed"] == {"carried_over": [0], "rerun": [1]}
+    assert "| g (mixes carried-over seeds [0] with rerun [1]) | vanilla | 2 |" in md
 
 
 EFFECT = ROOT / "benchmarks" / "results" / "effect.json"

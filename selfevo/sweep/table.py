@@ -77,7 +77,8 @@ def _mean(xs: list[float | None]) -> float | None:
 def collect(cfg: DictConfig, rows: dict[str, DictConfig]) -> dict[str, Any]:
     """table.json's content: every row with at least one finished evaluation, in the file's order."""
     out = Path(cfg.output_dir)
-    seeds = {name: {s: {**read_eval(d / "eval"), **read_run(d)} for s, d in _seed_dirs(out / name)} for name in rows}
+    seeds = {name: {s: {**read_eval(d / "eval"), **read_run(d), "carried": carried_over(d / "eval")}
+                    for s, d in _seed_dirs(out / name)} for name in rows}
     seeds = {name: per for name, per in seeds.items() if per}
     first = next((p for per in seeds.values() for p in per.values()), None)
     ids = first["ids"] if first else []
@@ -103,6 +104,9 @@ def collect(cfg: DictConfig, rows: dict[str, DictConfig]) -> dict[str, Any]:
             "per_seed": {s: {**stats["per_seed"][s], **{k: p[k] for k in ("answer_chars", "answers_sha256")},
                              **{k: p[k] for k in ("steps", "train_s", "command") if k in p}, "items": p["items"]}
                          for s, p in per.items()}}
+        if len({p["carried"] for p in per.values()}) > 1:  # seeds rerun one by one: say so rather than average silently
+            table_rows[name]["mixed"] = {"carried_over": [int(s) for s, p in per.items() if p["carried"]],
+                                         "rerun": [int(s) for s, p in per.items() if not p["carried"]]}
     record = first["record"] if first else {}
     return {"benchmark": record.get("benchmark"), "split": record.get("split"), "n": len(ids),
             "sampling": record.get("sampling"), "baseline": base, "item_ids": ids, "rows": table_rows}
@@ -135,7 +139,9 @@ def markdown(table: dict[str, Any]) -> str:
         if r.get("baseline") not in (None, table["baseline"]):
             vs += f" vs {r['baseline']}"
         seconds = r["train_s"] if r["train_s"] is not None else "–"
-        lines.append(f"| {name} | {r['setup']} | {len(r['seeds'])} | {r['accuracy']:.3f} {_ci(r['accuracy_ci'])} | "
+        label = name + (f" (mixes carried-over seeds {r['mixed']['carried_over']} with rerun {r['mixed']['rerun']})"
+                        if r.get("mixed") else "")
+        lines.append(f"| {label} | {r['setup']} | {len(r['seeds'])} | {r['accuracy']:.3f} {_ci(r['accuracy_ci'])} | "
                      f"{vs} | {moved} | {per} | {_signed(spread, 'mean')} | {r['answer_chars']} | {seconds} |")
     return head + "\n".join(lines) + "\n"
 
