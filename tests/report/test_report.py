@@ -200,6 +200,27 @@ def test_report_of_real_run_and_eval_renders_in_headless_chromium(real_dirs, tmp
     items.feed(dom)
     assert [_norm(t) for t in items.found] == [_norm(item["final_response"])]
     assert item["id"] in dom.split('id="eval-item"', 1)[1][:2000]
+    # each response's head: its label and wave; an eval folder written before those keys (role, step) reads the same
+    labels, waves = _Collect("turn-role"), [r["wave"] for r in item["responses"]]
+    labels.feed(dom)
+    assert labels.found[-len(waves):] == [r["label"] for r in item["responses"]] and waves
+    assert all(f"wave {w}" in dom.split('id="eval-item"', 1)[1] for w in waves)
+    old = tmp_path / "old_eval"
+    shutil.copytree(evaluation, old)
+    lines = (old / "gsm8k-vanilla" / "items.jsonl").read_text().splitlines()
+    for i, line in enumerate(lines):
+        rec = json.loads(line)
+        rec["responses"] = [{**{k: v for k, v in r.items() if k not in ("label", "wave")}, "role": r["label"],
+                             "step": r["wave"]} for r in rec["responses"]]
+        lines[i] = json.dumps(rec)
+    (old / "gsm8k-vanilla" / "items.jsonl").write_text("\n".join(lines) + "\n")
+    page_old = tmp_path / "report_old.html"
+    assert cli.main(["report", str(old), "--output", str(page_old)]) == 0
+    dom_old = _chromium(f"--user-data-dir={profile}", "--dump-dom", page_old.as_uri()).stdout
+    old_labels = _Collect("turn-role")
+    old_labels.feed(dom_old)
+    assert old_labels.found[-len(waves):] == labels.found[-len(waves):] and "undefined" not in old_labels.found
+    assert all(f"wave {w}" in dom_old.split('id="eval-item"', 1)[1] for w in waves)
     shot = tmp_path / "report.png"
     _chromium(f"--user-data-dir={profile}", "--window-size=1400,1600", f"--screenshot={shot}", page.as_uri())
     assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
