@@ -77,8 +77,7 @@ def _mean(xs: list[float | None]) -> float | None:
 def collect(cfg: DictConfig, rows: dict[str, DictConfig]) -> dict[str, Any]:
     """table.json's content: every row with at least one finished evaluation, in the file's order."""
     out = Path(cfg.output_dir)
-    seeds = {name: {s: {**read_eval(d / "eval"), **read_run(d), "carried": carried_over(d / "eval")}
-                    for s, d in _seed_dirs(out / name)} for name in rows}
+    seeds = {name: {s: {**read_eval(d / "eval"), **read_run(d)} for s, d in _seed_dirs(out / name)} for name in rows}
     seeds = {name: per for name, per in seeds.items() if per}
     first = next((p for per in seeds.values() for p in per.values()), None)
     ids = first["ids"] if first else []
@@ -104,9 +103,10 @@ def collect(cfg: DictConfig, rows: dict[str, DictConfig]) -> dict[str, Any]:
             "per_seed": {s: {**stats["per_seed"][s], **{k: p[k] for k in ("answer_chars", "answers_sha256")},
                              **{k: p[k] for k in ("steps", "train_s", "command") if k in p}, "items": p["items"]}
                          for s, p in per.items()}}
-        if len({p["carried"] for p in per.values()}) > 1:  # seeds rerun one by one: say so rather than average silently
-            table_rows[name]["mixed"] = {"carried_over": [int(s) for s, p in per.items() if p["carried"]],
-                                         "rerun": [int(s) for s, p in per.items() if not p["carried"]]}
+        carried = {int(s): "carried_over" in p["record"] for s, p in per.items()}
+        if len(set(carried.values())) > 1:  # seeds rerun one by one: say so rather than average silently
+            table_rows[name]["mixed"] = {"carried_over": [s for s, c in carried.items() if c],
+                                         "rerun": [s for s, c in carried.items() if not c]}
     record = first["record"] if first else {}
     return {"benchmark": record.get("benchmark"), "split": record.get("split"), "n": len(ids),
             "sampling": record.get("sampling"), "baseline": base, "item_ids": ids, "rows": table_rows}
