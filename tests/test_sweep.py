@@ -378,16 +378,17 @@ def _effect_sweep():
     return cfg, rows
 
 
+def _rerun_seeds(out: Path) -> dict[str, set[str]]:
+    """The effect sweep's rows with the seeds trained and evaluated again by the sweep (not carried over); a row whose
+    seeds are rerun one by one holds both kinds for a while."""
+    return {row.name: {d.name.removeprefix("seed") for d in row.glob("seed*")
+                       if (d / "eval" / "summary.json").exists() and not table.carried_over(d / "eval")}
+            for row in sorted(p for p in out.iterdir() if p.is_dir())}
+
+
 def _rerun_rows(out: Path) -> set[str]:
-    """The effect sweep's rows trained and evaluated again by the sweep (no seed carried over); a row never mixes
-    carried-over seeds with rerun ones."""
-    rerun = set()
-    for row in sorted(p for p in out.iterdir() if p.is_dir()):
-        kinds = {table.carried_over(d / "eval") for d in row.glob("seed*") if (d / "eval" / "summary.json").exists()}
-        assert len(kinds) == 1, f"{row.name} mixes carried-over and rerun seeds"
-        if kinds == {False}:
-            rerun.add(row.name)
-    return rerun
+    """The rows with a seed rerun by the sweep."""
+    return {row for row, seeds in _rerun_seeds(out).items() if seeds}
 
 
 def test_the_effect_sweeps_folders_rebuild_effect_jsons_rows():
@@ -399,16 +400,26 @@ def test_the_effect_sweeps_folders_rebuild_effect_jsons_rows():
     got = table.collect(cfg, rows)
     assert list(got["rows"]) == list(rows) and got["n"] == 500 and got["baseline"] == "base"
     bases = {"base": record["bases"][next(iter(record["bases"]))], "base_auto": record["base"]}
-    rerun = _rerun_rows(Path(cfg.output_dir))
-    assert "grpo" in rerun and not rerun & set(bases)
+    rerun = _rerun_seeds(Path(cfg.output_dir))
+    assert rerun["grpo"] == {"0", "1", "2"} and not any(rerun[b] for b in bases)
     for name, r in got["rows"].items():
-        if name in rerun:
-            assert r["per_seed"] and set(r["per_seed"]) <= {str(k) for k in rows[name].get("seeds") or cfg.seeds}
-            for k, p in r["per_seed"].items():
-                run = Path(cfg.output_dir) / name / f"seed{k}"
-                steps = OmegaConf.load(run / "config.yaml").trainer.max_steps
-                assert (run / "run.json").exists() and p["steps"] == steps
-                assert p["command"].endswith(f"seed={k} output_dir=benchmarks/results/sweeps/effect/{name}/seed{k}")
+        for k in rerun[name]:  # the sweep's own run: its run.json, every step, its sweep command
+            p, run = r["per_seed"][k], Path(cfg.output_dir) / name / f"seed{k}"
+            steps = OmegaConf.load(run / "config.yaml").trainer.max_steps
+            assert (run / "run.json").exists() and p["steps"] == steps, (name, k)
+            assert p["command"].endswith(f"seed={k} output_dir=benchmarks/results/sweeps/effect/{name}/seed{k}")
+        carried = sorted(set(r["per_seed"]) - rerun[name])
+        if rerun[name] and carried:  # seeds rerun one by one: the row says so, each carried seed is as recorded
+            assert r["mixed"] == {"carried_over": [int(k) for k in carried],
+                                  "rerun": sorted(int(k) for k in rerun[name])}, name
+            want = record["methods"][name]["per_seed"]
+            assert [r["per_seed"][k]["diff"] for k in carried] == pytest.approx(
+                [want[k]["diff"] for k in carried], abs=1e-12), name
+            assert [r["per_seed"][k]["command"] for k in carried] == [want[k]["command"] for k in carried], name
+            continue
+        assert "mixed" not in r, name
+        if rerun[name]:
+            assert set(r["per_seed"]) == rerun[name] <= {str(k) for k in rows[name].get("seeds") or cfg.seeds}
             continue
         if name in bases:
             assert r["accuracy"] == pytest.approx(sum(bases[name]["items"]) / 500, abs=1e-12), name
@@ -440,13 +451,17 @@ def test_convert_effect_writes_the_committed_folders(tmp_path):
 
     cfg, _ = _effect_sweep()
     committed = Path(cfg.output_dir)
-    rerun = _rerun_rows(committed)  # their folders are the sweep's own runs now
+    rerun = _rerun_seeds(committed)  # their folders are the sweep's own runs now
+
+    def swept(p: Path) -> bool:
+        return len(p.parts) > 1 and p.parts[1].removeprefix("seed") in rerun.get(p.parts[0], ())
+
     convert_effect.convert(json.loads(EFFECT.read_text()), EFFECT_SWEEP, tmp_path)
     made = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*")
-            if p.is_file() and p.relative_to(tmp_path).parts[0] not in rerun}
+            if p.is_file() and not swept(p.relative_to(tmp_path))}
     assert made == {p: (committed / p).read_bytes() for p in made}
     files = {p.relative_to(committed) for p in committed.rglob("*") if p.is_file()}
-    assert {p for p in files if p.parts[0] not in rerun} - set(made) == {
+    assert {p for p in files if not swept(p)} - set(made) == {
         Path("table.json"), Path("table.md"), Path("curves.png")}
     assert all(p.parts[-1] in ("summary.json", "items.jsonl") for p in made)
 
