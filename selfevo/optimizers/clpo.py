@@ -17,7 +17,8 @@ Eq. 6, ``−Σ_k A_k log π(k | q, C)`` with ``A_k = r(c_k) − r̄`` — in the
 * ``listwise`` (the default; as written): ``L_choice = 1/|S| Σ_s 1/G_s Σ_g −Σ_k A_k log π(d_k | q, C, ρ_g)``
   (:func:`listwise_choice`): for every row g with decision tokens, each candidate's decision string d_k is scored
   after the row's tokens up to its first decision token (the prompt and the row's rationale ρ_g) — K extra rows
-  per row, which share that prefix (one packed forward with ``trainer.shared_prompts``); log π(d_k | …) is the sum
+  per row, which share the slate's prompt with the slate's own rows (one packed forward per slate with
+  ``trainer.shared_prompts``); log π(d_k | …) is the sum
   of d_k's token log-probs. Its logit gradient is −A_k's whatever π is: every candidate is pushed by its own
   advantage;
 * ``sampled``: ``L_choice = 1/|S| Σ_s 1/G_s Σ_g −A_g · Σ_t decision_gt · log π_gt`` (:func:`sampled_choice`), with
@@ -55,6 +56,7 @@ from selfevo.optimizers.objectives import (choice_loss, clpo_loss, count_tokens,
                                            listmle_loss, slate_advantages, token_mean)
 from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import PolicyStore, SeqBatch
+from selfevo.policy.packing import SHARED_PREFIX, prompt_length
 
 
 TERMS = ("choice", "rank", "kl", "entropy")
@@ -233,6 +235,9 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
                   "reward": samples.rewards.float(), "decision": batch.extras.get("decision", batch.loss_mask),
                   "rationale": batch.extras.get("rationale", torch.zeros_like(batch.loss_mask))}
         pad = store.tokenizer(agent).pad_token_id or 0
+        if listwise:  # a slate's rows and their candidate rows share only the slate's prompt (packed once)
+            extras[SHARED_PREFIX] = torch.tensor(prompt_length(batch.attention_mask, batch.loss_mask),
+                                                 dtype=torch.float32)
         choices = candidate_rows(batch.with_extras(**extras), gid, pad) if listwise else None
         if cfg.kl_coef:
             extras["ref"] = score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
@@ -241,7 +246,8 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
         batch = batch.with_extras(**extras).with_groups(gid)
         gen = torch.Generator().manual_seed(hash_seed(agent, store.versions[agent]))
         names = [str(k) for k in index]
-        steps = [_step(store, agent, batch.rows(rows), names, weights, cfg, lambda_ent, _of_rows(choices, rows))
+        steps = [_step(store, agent, batch.rows(rows), names, weights, cfg, lambda_ent,
+                       _of_rows(choices, rows, [gid[r] for r in rows]))
                  for _ in range(cfg.epochs) for rows in slate_steps(gid, cfg.train_batch, gen)]
         out = {k: sum(s[k] for s in steps) / len(steps) for k in ("loss", "grad_norm", *TERMS)}
         out.update(skipped=any(s["skipped"] for s in steps), parameter_updates=sum(not s["skipped"] for s in steps),
@@ -253,8 +259,10 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
     return Optimizer(update, row_extras=frozenset(ROW_MASKS + (CHOICE_EXTRAS if listwise else ())))
 
 
-def _of_rows(choices: SeqBatch | None, rows: list[int]) -> SeqBatch | None:
-    """The candidate rows whose parent is one of ``rows`` (renumbered to their place in ``rows``); None: none."""
+def _of_rows(choices: SeqBatch | None, rows: list[int], slates: list[int]) -> SeqBatch | None:
+    """The candidate rows whose parent is one of ``rows`` (renumbered to their place in ``rows``), in their parent's
+    slate (``slates``: the slate of each of ``rows``), so that a slate and its candidate rows share a micro-batch;
+    None: none."""
     if choices is None:
         return None
     place = {r: i for i, r in enumerate(rows)}
@@ -263,13 +271,13 @@ def _of_rows(choices: SeqBatch | None, rows: list[int]) -> SeqBatch | None:
         return None
     out = choices.rows(mine)
     parents = torch.tensor([float(place[p]) for p in out.extras["parent"].long().tolist()])
-    return out.with_extras(parent=parents).with_groups([("choices", int(p)) for p in parents.long().tolist()])
+    return out.with_extras(parent=parents).with_groups([slates[p] for p in parents.long().tolist()])
 
 
 def _step(store: PolicyStore, agent: str, batch: SeqBatch, names: list[str], weights: dict, cfg: TrainerCfg,
           lambda_ent: float, choices: SeqBatch | None = None) -> dict:
     """One parameter update over whole slates (``batch``) and, for the listwise L_choice, their rows' candidate rows
-    (``choices``, each row's K kept in one micro-batch; they enter L_choice only)."""
+    (``choices``, in their slate's micro-batch; they enter L_choice only)."""
     n_tok, n_slates = count_tokens([batch.loss_mask]), len(set(batch.groups))
     listwise = choices is not None
     if listwise:
@@ -282,12 +290,14 @@ def _step(store: PolicyStore, agent: str, batch: SeqBatch, names: list[str], wei
         own = mb.loss_mask * (1 - x["candidate"])[:, None] if listwise else mb.loss_mask  # the sampled rows' tokens
         l_choice, l_rank = logp.new_zeros(()), logp.new_zeros(())
         for g, rows in _members(mb.groups).items():
-            if isinstance(g, tuple):  # one row's candidate decisions: the listwise L_choice
-                seq = (logp[rows] * mb.loss_mask[rows]).sum(-1)
-                ones = torch.ones_like(seq)
-                l_choice = l_choice + listwise_choice(seq[None], x["choice_adv"][rows], ones[None]) \
-                    * x["choice_weight"][rows[0]] / n_slates
-                continue
+            if listwise:  # the slate's candidate rows, one row's K at a time: the listwise L_choice
+                cand = [r for r in rows if x["candidate"][r] > 0]
+                rows = [r for r in rows if x["candidate"][r] == 0]
+                for of_row in _members([int(x["parent"][r]) for r in cand]).values():
+                    k = [cand[i] for i in of_row]
+                    seq = (logp[k] * mb.loss_mask[k]).sum(-1)
+                    l_choice = l_choice + listwise_choice(seq[None], x["choice_adv"][k], torch.ones_like(seq)[None]) \
+                        * x["choice_weight"][k[0]] / n_slates
             gen = torch.Generator().manual_seed(hash_seed(agent, store.versions[agent], names[g]))
             order = torch.randperm(len(rows), generator=gen).tolist()  # random tie-breaking for ListMLE
             c, r = slate_terms(logp[rows], x["decision"][rows], x["rationale"][rows], x["adv"][rows],

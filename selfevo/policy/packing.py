@@ -7,6 +7,11 @@ the earlier tokens of its own row only, and position ids continue each row from 
 hidden state is the one its own row gives (up to floating-point summation order). ``where`` maps every token of
 the batch to its place in the packed rows, so log-probs come back in the batch's own layout.
 
+Rows share their prompt by default: the tokens before their first scored one. A batch's extra :data:`SHARED_PREFIX`
+([B]) sets each row's shared part instead, e.g. shorter than its prompt: CLPO's listwise candidate rows (a row's
+prompt and rationale, then one candidate's decision) share only the slate's prompt, with the slate's own rows, so
+a slate and all its candidate rows run that prompt once.
+
 A packed row holds at most ``max_factor`` times the group's longest row (under another attention than selfevo's its
 attention is a full ``L x L`` matmul under the explicit mask; unbounded, a group of 64 rows would be one sequence of
 64 rows' length): a group that does not fit is dealt over several packed rows, each with its own copy of the
@@ -19,6 +24,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+
+SHARED_PREFIX = "shared_prefix"  # the extra [B]: leading tokens a row may share with others (default: its prompt)
 
 
 @dataclass
@@ -53,10 +61,23 @@ def prompt_length(attention_mask: Tensor, loss_mask: Tensor) -> list[int]:
     return [int(torch.nonzero(scored[i])[0]) if bool(scored[i].any()) else lengths[i] for i in range(len(lengths))]
 
 
-def prompt_keys(input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor) -> list[tuple]:
-    """One key per row: its prompt tokens (rows with equal keys can share the prompt's forward); a row without a
-    prompt gets a key of its own."""
-    return _keys(input_ids, prompt_length(attention_mask, loss_mask))
+def shared_lengths(attention_mask: Tensor, loss_mask: Tensor, shared: Tensor | None = None) -> list[int]:
+    """Per row, the leading tokens it may share: ``shared`` ([B], a batch's :data:`SHARED_PREFIX` extra) where
+    given, else its prompt (:func:`prompt_length`). A length outside 0..the row's tokens is a ValueError."""
+    if shared is None:
+        return prompt_length(attention_mask, loss_mask)
+    lengths, out = attention_mask.sum(-1).tolist(), [int(v) for v in shared.tolist()]
+    bad = [i for i, (p, n) in enumerate(zip(out, lengths)) if not 0 <= p <= n]
+    if bad:
+        raise ValueError(f"{SHARED_PREFIX} of row {bad[0]} is {out[bad[0]]}: not within its {lengths[bad[0]]} tokens")
+    return out
+
+
+def prompt_keys(input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor,
+                shared: Tensor | None = None) -> list[tuple]:
+    """One key per row: its shared tokens (:func:`shared_lengths`; rows with equal keys can share their forward); a
+    row with none gets a key of its own."""
+    return _keys(input_ids, shared_lengths(attention_mask, loss_mask, shared))
 
 
 def _keys(input_ids: Tensor, prefixes: list[int]) -> list[tuple]:
@@ -76,14 +97,15 @@ def _segments(rows: list[int], prefix: int, lengths: list[int], cap: int) -> lis
     return out + [current]
 
 
-def pack_shared_prompts(input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor,
-                        max_factor: float = 3.0) -> Packed | None:
-    """Pack a right-padded batch's rows by shared prompt (see the module doc); None when no two rows share one
-    (nothing to save). Rows keep their order within a packed row; packed rows follow their groups' first rows."""
+def pack_shared_prompts(input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, max_factor: float = 3.0,
+                        shared: Tensor | None = None) -> Packed | None:
+    """Pack a right-padded batch's rows by shared prompt (see the module doc; ``shared``: the batch's
+    :data:`SHARED_PREFIX` extra, if any); None when no two rows share one (nothing to save). Rows keep their order
+    within a packed row; packed rows follow their groups' first rows."""
     if max_factor < 1:
         raise ValueError(f"max_factor must be at least 1, not {max_factor}")
     lengths = attention_mask.sum(-1).tolist()
-    prefixes = prompt_length(attention_mask, loss_mask)
+    prefixes = shared_lengths(attention_mask, loss_mask, shared)
     groups: dict = {}
     for i, key in enumerate(_keys(input_ids, prefixes)):
         groups.setdefault(key, []).append(i)

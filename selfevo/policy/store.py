@@ -14,8 +14,9 @@
   docs/benchmarks.md), for one more forward pass per micro-batch; the same gradients (dropout masks replayed).
 - ``shared_prompts``: rows that begin with the same prompt (a group's completions, a slate's candidates) are
   packed into one sequence per micro-batch, so the prompt's forward runs once (:mod:`selfevo.policy.packing`); the
-  micro-batches keep a prompt's rows together (runs of at most ``micro_batch`` rows). Same log-probs up to float
-  rounding; with LoRA dropout the rows of a packed prompt share its dropout mask.
+  micro-batches keep a prompt's rows together (runs of at most ``micro_batch`` rows). A batch's extra
+  :data:`~selfevo.policy.packing.SHARED_PREFIX` sets how much of each row is shared (default: its prompt). Same
+  log-probs up to float rounding; with LoRA dropout the rows of a packed prompt share its dropout mask.
 - Under ``torchrun`` every rank holds the whole store; ``update`` trains on the rank's share of the rows and sums
   the adapter's gradients over ranks (:mod:`selfevo.distributed`): every rank makes the same parameter update.
 - Adapters save in PEFT format (``PeftModel.from_pretrained`` loads them) and load back.
@@ -42,7 +43,7 @@ from selfevo.policy.batch import TEMPERATURE, SeqBatch
 from selfevo.policy.lending import lent
 from selfevo.policy.logprobs import chosen_entropy, chosen_logprobs, scoring_temperatures
 from selfevo.policy.lora_compute import ActivationDtypeLoRA
-from selfevo.policy.packing import Packed, pack_shared_prompts, prompt_keys
+from selfevo.policy.packing import SHARED_PREFIX, Packed, pack_shared_prompts, prompt_keys
 from selfevo.policy.settings import LoraSettings, StoreSettings, ranges_attention
 from selfevo.shapes import Shapes
 from selfevo.types import Request
@@ -224,14 +225,16 @@ class PolicyStore:
         """The batch packed by shared prompt (:mod:`selfevo.policy.packing`) when that is on and saves a forward."""
         if not self.settings.shared_prompts or not batch.right_padded():
             return None
-        return pack_shared_prompts(batch.input_ids, batch.attention_mask, batch.loss_mask)
+        return pack_shared_prompts(batch.input_ids, batch.attention_mask, batch.loss_mask,
+                                   shared=batch.extras.get(SHARED_PREFIX))
 
     def micro_batches(self, batch: SeqBatch) -> list[SeqBatch]:
         """``batch`` cut into micro-batches of ``micro_batch`` rows (groups kept whole; see SeqBatch.micro_batches).
         With ``shared_prompts`` and no groups of its own, rows of one prompt go together (in runs of at most
         ``micro_batch`` rows), so that their micro-batch runs the prompt once."""
         shared = self.settings.shared_prompts
-        prompts = prompt_keys(batch.input_ids, batch.attention_mask, batch.loss_mask) if shared else []
+        prompts = prompt_keys(batch.input_ids, batch.attention_mask, batch.loss_mask,
+                              batch.extras.get(SHARED_PREFIX)) if shared else []
         size = self.settings.micro_batch
         if batch.groups is None and len(set(prompts)) < len(prompts):
             seen: dict = {}

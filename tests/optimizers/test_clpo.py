@@ -310,3 +310,25 @@ def test_clpo_says_which_row_extras_it_reads_and_refuses_an_empty_loss():
     assert listwise.trains and not OPTIMIZERS.get("grpo")(TrainerCfg()).row_extras
     with pytest.raises(ConfigError, match="CLPO would train nothing"):
         OPTIMIZERS.get("clpo")(TrainerCfg(), ClpoCfg(choice=False, rank=False))
+
+
+@pytest.mark.slow  # two listwise updates on the tiny model (about 2 s on the AVX2 machine)
+def test_clpo_listwise_packs_a_slate_with_its_candidate_rows_once(make_store):
+    """With trainer.shared_prompts a slate's sampled rows and all their candidate rows share the slate's prompt:
+    one micro-batch and one packed row per slate, the prompt run once; the same terms, loss and gradient norm as
+    unpacked (no LoRA dropout here: packed rows would share a dropout mask)."""
+    stats, shapes = [], []
+    for shared in (False, True):
+        torch.manual_seed(0)  # PEFT draws the LoRA A matrices from the global generator
+        store = make_store(agents=("central",), micro_batch=2, shared_prompts=shared)
+        stats.append(OPTIMIZERS.get("clpo")(TrainerCfg(kl_coef=0.1), ClpoCfg(lambda_ent=0.01))(
+            store, "central", clpo_samples(store)))
+        shapes.append(store.shapes.counts["train"])
+    for key in ("loss", "grad_norm", "choice", "rank", "entropy"):
+        assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-4, abs=1e-6), key
+    assert stats[1]["choice_rows"] == stats[0]["choice_rows"] == 8
+    # one micro-batch per slate (its 2 rows and their 4 candidate rows), packed or not
+    assert [sum(n for n, _ in c.values()) for c in shapes] == [2, 2]
+    assert sorted(k[0] for k, (n, _) in shapes[0].items() for _ in range(n)) == [6, 6]
+    run = [sum(k[0] * total for k, (_, total) in c.items()) for c in shapes]  # token positions run (rows x width)
+    assert run[1] < run[0]  # the layout itself: tests/policy/test_packing.py

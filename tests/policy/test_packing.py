@@ -5,7 +5,7 @@ import torch
 
 from helpers.adapters import randomize_adapters
 from selfevo.policy import SeqBatch
-from selfevo.policy.packing import pack_shared_prompts, prompt_keys, prompt_length
+from selfevo.policy.packing import SHARED_PREFIX, pack_shared_prompts, prompt_keys, prompt_length
 
 
 def _batch(prompts, completions):
@@ -29,6 +29,23 @@ def test_layout_by_hand():
     assert m1[2] == [1, 1, 1, 0, 0, 0]  # a row alone is plain causal
     assert m1[4] == [1, 1, 1, 0, 1, 0]  # padding sees the prompt and itself (never an empty row)
     assert p.segments == [(3, [(3, 5), (5, 6)]), (3, [])]  # the same as ranges; a row alone: its prompt only
+
+
+def test_shared_prefix_by_hand():
+    # a sampled row (prompt 5 6, completion 7 8 9) and two candidate rows (prompt 5 6 + rationale 7, decision 3 / 4):
+    # by prompt, only the candidate rows share (5 6 7); with the shared prefix 2, all three share 5 6 once
+    b = _batch([[5, 6], [5, 6, 7], [5, 6, 7]], [[7, 8, 9], [3], [4]])
+    by_prompt = pack_shared_prompts(b.input_ids, b.attention_mask, b.loss_mask)
+    assert by_prompt.input_ids.tolist() == [[5, 6, 7, 8, 9], [5, 6, 7, 3, 4]]
+    p = pack_shared_prompts(b.input_ids, b.attention_mask, b.loss_mask, shared=torch.tensor([2.0, 2.0, 2.0]))
+    assert p.input_ids.tolist() == [[5, 6, 7, 8, 9, 7, 3, 7, 4]]
+    assert p.position_ids.tolist() == [[0, 1, 2, 3, 4, 2, 3, 2, 3]]
+    assert p.where.tolist() == [[0, 1, 2, 3, 4], [0, 1, 5, 6, -1], [0, 1, 7, 8, -1]]
+    assert p.segments == [(2, [(2, 5), (5, 7), (7, 9)])]
+    assert prompt_keys(b.input_ids, b.attention_mask, b.loss_mask, torch.tensor([2.0, 2.0, 3.0])) == [
+        (5, 6), (5, 6), (5, 6, 7)]
+    with pytest.raises(ValueError, match=f"{SHARED_PREFIX} of row 1 is 5: not within its 4 tokens"):
+        pack_shared_prompts(b.input_ids, b.attention_mask, b.loss_mask, shared=torch.tensor([2.0, 5.0, 2.0]))
 
 
 def test_nothing_shared_gives_none():
