@@ -103,7 +103,8 @@ def test_one_maestro_step_is_pinned(tmp_path):
     # so their adapters moved; the central agent's samples (T = 1) and the episodes unchanged
     # regenerated when CLPO's candidate rows began to share the slate's prompt with its rows (packing.SHARED_PREFIX):
     # a slate and its candidate rows run as one micro-batch (update_shapes: 18 packed candidate micro-batches gone,
-    # the central update's token positions 9,285 -> 4,293) and share a LoRA dropout mask, so the adapters moved;
+    # the step's trained token positions, rows x width, 14,969 -> 9,977) and share a LoRA dropout mask, so the
+    # adapters moved;
     # without dropout the step is the same packed or not (test below); episodes unchanged
     run = tmp_path / "run"
     assert _maestro_step(tmp_path, run) == 0
