@@ -17,8 +17,9 @@ Eq. 6, ``−Σ_k A_k log π(k | q, C)`` with ``A_k = r(c_k) − r̄`` — in the
 * ``listwise`` (the default; as written): ``L_choice = 1/|S| Σ_s 1/G_s Σ_g −Σ_k A_k log π(d_k | q, C, ρ_g)``
   (:func:`listwise_choice`): for every row g with decision tokens, each candidate's decision string d_k is scored
   after the row's tokens up to its first decision token (the prompt and the row's rationale ρ_g) — K extra rows
-  per row, which share the slate's prompt with the slate's own rows (one packed forward per slate with
-  ``trainer.shared_prompts``); log π(d_k | …) is the sum
+  per row. With ``trainer.shared_prompts`` a slate and its candidate rows run as one micro-batch, packed the way
+  that runs fewer tokens (:func:`slate_prefixes`): the slate's prompt once, or each row's prompt and rationale
+  once for its K candidates; log π(d_k | …) is the sum
   of d_k's token log-probs. Its logit gradient is −A_k's whatever π is: every candidate is pushed by its own
   advantage;
 * ``sampled``: ``L_choice = 1/|S| Σ_s 1/G_s Σ_g −A_g · Σ_t decision_gt · log π_gt`` (:func:`sampled_choice`), with
@@ -56,7 +57,7 @@ from selfevo.optimizers.objectives import (choice_loss, clpo_loss, count_tokens,
                                            listmle_loss, slate_advantages, token_mean)
 from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import PolicyStore, SeqBatch
-from selfevo.policy.packing import SHARED_PREFIX, prompt_length
+from selfevo.policy.packing import SHARED_PREFIX, pack_shared_prompts, prompt_length
 
 
 TERMS = ("choice", "rank", "kl", "entropy")
@@ -185,6 +186,36 @@ def candidate_rows(batch: SeqBatch, slates: Sequence[int], pad_id: int = 0) -> S
                            choice_weight=torch.tensor([1.0 / per_slate[slates[p]] for p in parent]))
 
 
+def slate_prefixes(batch: SeqBatch, choices: SeqBatch, slates: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The :data:`~selfevo.policy.packing.SHARED_PREFIX` of ``batch``'s rows (their prompt) and of their candidate
+    rows (``choices``, from :func:`candidate_rows`), chosen per slate (``slates``: each row's) as the layout whose
+    packed rows run fewer token positions (:func:`~selfevo.policy.packing.pack_shared_prompts`, padding and its
+    cap included): the candidate rows sharing the slate's prompt with the slate's rows (the prompt once, each
+    rationale again per candidate), or each row's K candidate rows sharing its prompt and rationale (the prompt
+    again per row; cheaper when rationales are long beside the prompt). A tie keeps the second."""
+    own = torch.tensor(prompt_length(batch.attention_mask, batch.loss_mask), dtype=torch.float32)
+    theirs = torch.tensor(prompt_length(choices.attention_mask, choices.loss_mask), dtype=torch.float32)
+    parent = choices.extras["parent"].long()
+    out = theirs.clone()
+    bare = SeqBatch(batch.input_ids, batch.attention_mask, batch.loss_mask)
+    bare_choices = SeqBatch(choices.input_ids, choices.attention_mask, choices.loss_mask)
+    for g in dict.fromkeys(slates):
+        rows = [i for i, s in enumerate(slates) if s == g]
+        mine = [j for j, p in enumerate(parent.tolist()) if slates[p] == g]
+        if not mine:
+            continue
+        both = join(bare.rows(rows), bare_choices.rows(mine))
+
+        def positions(prefixes: torch.Tensor) -> int:
+            packed = pack_shared_prompts(both.input_ids, both.attention_mask, both.loss_mask,
+                                         shared=torch.cat([own[rows], prefixes]))
+            return packed.input_ids.numel() if packed is not None else both.input_ids.numel()
+
+        if positions(own[parent[mine]]) < positions(theirs[mine]):
+            out[mine] = own[parent[mine]]
+    return own, out
+
+
 def join(a: SeqBatch, b: SeqBatch) -> SeqBatch:
     """``a``'s rows then ``b``'s, right-padded to the wider; an extra one side lacks is 0 on that side's rows
     ([B] and [B, T] extras; groups: both sides' keys)."""
@@ -235,10 +266,10 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
                   "reward": samples.rewards.float(), "decision": batch.extras.get("decision", batch.loss_mask),
                   "rationale": batch.extras.get("rationale", torch.zeros_like(batch.loss_mask))}
         pad = store.tokenizer(agent).pad_token_id or 0
-        if listwise:  # a slate's rows and their candidate rows share only the slate's prompt (packed once)
-            extras[SHARED_PREFIX] = torch.tensor(prompt_length(batch.attention_mask, batch.loss_mask),
-                                                 dtype=torch.float32)
         choices = candidate_rows(batch.with_extras(**extras), gid, pad) if listwise else None
+        if choices is not None and choices.input_ids.shape[0] and store.settings.shared_prompts:  # how to pack
+            extras[SHARED_PREFIX], prefixes = slate_prefixes(batch, choices, gid)
+            choices = choices.with_extras(**{SHARED_PREFIX: prefixes})
         if cfg.kl_coef:
             extras["ref"] = score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
         batch = SeqBatch(batch.input_ids, batch.attention_mask, batch.loss_mask,

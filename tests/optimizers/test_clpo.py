@@ -8,7 +8,7 @@ import torch
 from selfevo.loop import TrainerCfg
 from selfevo.optimizers import OPTIMIZERS, ClpoCfg, Samples
 from selfevo.optimizers.clpo import (candidate_rows, choice_advantages, join, listwise_choice, sampled_choice,
-                                     slate_steps, slate_terms)
+                                     slate_prefixes, slate_steps, slate_terms)
 from selfevo.optimizers.objectives import slate_advantages
 from selfevo.policy import SeqBatch
 
@@ -176,13 +176,15 @@ def decision_text(k, answer):
     return f"\nChosen: {k}\nFinal: \\boxed{{{answer}}}"
 
 
-def clpo_samples(store):
+def clpo_samples(store, context: str = "", reasoning: str = ""):
+    """ROWS as the central agent's samples; ``context`` goes before each slate's prompt, ``reasoning`` after each
+    rationale (longer prompts, longer rationales)."""
     tok = store.backbones["tiny-random"].tokenizer
     ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
     prompts, comps, dec, rat = [], [], [], []
     for prompt, rationale, decision, _ in ROWS:
-        r, d = ids(rationale), ids(decision)
-        prompts.append(ids(prompt))
+        r, d = ids(rationale + reasoning), ids(decision)
+        prompts.append(ids(context + prompt))
         comps.append(r + d)
         rat.append([1.0] * len(r) + [0.0] * len(d))
         dec.append([0.0] * len(r) + [1.0] * len(d))
@@ -312,23 +314,35 @@ def test_clpo_says_which_row_extras_it_reads_and_refuses_an_empty_loss():
         OPTIMIZERS.get("clpo")(TrainerCfg(), ClpoCfg(choice=False, rank=False))
 
 
-@pytest.mark.slow  # two listwise updates on the tiny model (about 2 s on the AVX2 machine)
-def test_clpo_listwise_packs_a_slate_with_its_candidate_rows_once(make_store):
-    """With trainer.shared_prompts a slate's sampled rows and all their candidate rows share the slate's prompt:
-    one micro-batch and one packed row per slate, the prompt run once; the same terms, loss and gradient norm as
-    unpacked (no LoRA dropout here: packed rows would share a dropout mask)."""
+LONG_CONTEXT = "Candidate solutions follow, each with its reasoning and its final answer. " * 8
+
+
+@pytest.mark.slow  # four listwise updates on the tiny model (about 4 s on the AVX2 machine)
+@pytest.mark.parametrize("context,reasoning,by_slate", [(LONG_CONTEXT, "", True), ("", LONG_CONTEXT, False)])
+def test_clpo_packs_a_slate_with_its_candidate_rows_the_cheaper_way(make_store, context, reasoning, by_slate):
+    """With trainer.shared_prompts a slate's rows and their candidate rows run as one micro-batch. A long slate prompt
+    is run once for all of them (one packed row per slate); with rationales much longer than the prompt, each
+    row's candidate rows share its prompt and rationale instead (the cheaper layout). Either way the same terms,
+    loss and gradient norm as unpacked (no LoRA dropout here: packed rows would share a dropout mask)."""
     stats, shapes = [], []
     for shared in (False, True):
         torch.manual_seed(0)  # PEFT draws the LoRA A matrices from the global generator
         store = make_store(agents=("central",), micro_batch=2, shared_prompts=shared)
+        samples = clpo_samples(store, context, reasoning)
         stats.append(OPTIMIZERS.get("clpo")(TrainerCfg(kl_coef=0.1), ClpoCfg(lambda_ent=0.01))(
-            store, "central", clpo_samples(store)))
+            store, "central", samples))
         shapes.append(store.shapes.counts["train"])
     for key in ("loss", "grad_norm", "choice", "rank", "entropy"):
         assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-4, abs=1e-6), key
     assert stats[1]["choice_rows"] == stats[0]["choice_rows"] == 8
-    # one micro-batch per slate (its 2 rows and their 4 candidate rows), packed or not
-    assert [sum(n for n, _ in c.values()) for c in shapes] == [2, 2]
-    assert sorted(k[0] for k, (n, _) in shapes[0].items() for _ in range(n)) == [6, 6]
-    run = [sum(k[0] * total for k, (_, total) in c.items()) for c in shapes]  # token positions run (rows x width)
-    assert run[1] < run[0]  # the layout itself: tests/policy/test_packing.py
+    micro = [sorted(k[0] for k, (n, _) in c.items() for _ in range(n)) for c in shapes]
+    assert micro[0] == [6, 6]  # one micro-batch per slate: its 2 rows and their 4 candidate rows, unpacked
+    run = [sum(k[0] * total for k, (_, total) in c.items()) for c in shapes]  # token positions (rows x width)
+    assert run[1] < run[0]
+    b = samples.batch
+    prefixes = slate_prefixes(b, candidate_rows(b, [0, 0, 1, 1]), [0, 0, 1, 1])[1]
+    prompt_len = len(store.tokenizer("central")(context + "Slate two?", add_special_tokens=False)["input_ids"])
+    # slate two's 4 candidate rows (one row's): sharing only the slate's prompt, or its prompt and the rationale
+    assert ((prefixes[4:] == prompt_len).all() if by_slate else (prefixes[4:] > prompt_len).all())
+    if by_slate:
+        assert micro[1] == [1, 1]  # one packed row per slate: its prompt once
