@@ -17,9 +17,9 @@ Eq. 6, ``−Σ_k A_k log π(k | q, C)`` with ``A_k = r(c_k) − r̄`` — in the
 * ``listwise`` (the default; as written): ``L_choice = 1/|S| Σ_s 1/G_s Σ_g −Σ_k A_k log π(d_k | q, C, ρ_g)``
   (:func:`listwise_choice`): for every row g with decision tokens, each candidate's decision string d_k is scored
   after the row's tokens up to its first decision token (the prompt and the row's rationale ρ_g) — K extra rows
-  per row. With ``trainer.shared_prompts`` a slate and its candidate rows run as one micro-batch, packed the way
-  that runs fewer tokens (:func:`slate_prefixes`): the slate's prompt once, or each row's prompt and rationale
-  once for its K candidates; log π(d_k | …) is the sum
+  per row. With ``trainer.shared_prompts`` each slate's candidate rows run the way that runs fewer tokens
+  (:func:`candidate_layout`): in the slate's micro-batch, the slate's prompt once for its rows and all their
+  candidate rows, or apart, each row's prompt and rationale once for its K candidates; log π(d_k | …) is the sum
   of d_k's token log-probs. Its logit gradient is −A_k's whatever π is: every candidate is pushed by its own
   advantage;
 * ``sampled``: ``L_choice = 1/|S| Σ_s 1/G_s Σ_g −A_g · Σ_t decision_gt · log π_gt`` (:func:`sampled_choice`), with
@@ -186,34 +186,43 @@ def candidate_rows(batch: SeqBatch, slates: Sequence[int], pad_id: int = 0) -> S
                            choice_weight=torch.tensor([1.0 / per_slate[slates[p]] for p in parent]))
 
 
-def slate_prefixes(batch: SeqBatch, choices: SeqBatch, slates: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The :data:`~selfevo.policy.packing.SHARED_PREFIX` of ``batch``'s rows (their prompt) and of their candidate
-    rows (``choices``, from :func:`candidate_rows`), chosen per slate (``slates``: each row's) as the layout whose
-    packed rows run fewer token positions (:func:`~selfevo.policy.packing.pack_shared_prompts`, padding and its
-    cap included): the candidate rows sharing the slate's prompt with the slate's rows (the prompt once, each
-    rationale again per candidate), or each row's K candidate rows sharing its prompt and rationale (the prompt
-    again per row; cheaper when rationales are long beside the prompt). A tie keeps the second."""
+def candidate_layout(batch: SeqBatch, choices: SeqBatch, slates: Sequence[int],
+                     micro_batch: int) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """How the update runs the candidate rows (``choices``, from :func:`candidate_rows`) of ``batch``'s rows under
+    ``trainer.shared_prompts``: per slate (``slates``: each row's), the layout whose packed forwards run fewer token
+    positions (:func:`~selfevo.policy.packing.pack_shared_prompts`: padding and its cap included):
+
+    * with the slate: in the slate's micro-batch, sharing the slate's prompt with its rows
+      (:data:`~selfevo.policy.packing.SHARED_PREFIX`): the prompt once, each rationale again per candidate;
+    * apart: each row's K candidate rows kept together in micro-batches of ``micro_batch`` rows of their own,
+      sharing the row's prompt and rationale: the prompt again per row, cheaper when rationales are long beside it.
+
+    Returns the SHARED_PREFIX of ``batch``'s rows (their prompt) and of the candidate rows, and the candidate rows'
+    groups (the slate's key, or ``("candidates of", parent row)``). A tie keeps them apart."""
     own = torch.tensor(prompt_length(batch.attention_mask, batch.loss_mask), dtype=torch.float32)
-    theirs = torch.tensor(prompt_length(choices.attention_mask, choices.loss_mask), dtype=torch.float32)
-    parent = choices.extras["parent"].long()
-    out = theirs.clone()
+    prefixes = torch.tensor(prompt_length(choices.attention_mask, choices.loss_mask), dtype=torch.float32)
+    parent = [int(p) for p in choices.extras["parent"].tolist()]
+    groups: list = [("candidates of", p) for p in parent]
     bare = SeqBatch(batch.input_ids, batch.attention_mask, batch.loss_mask)
     bare_choices = SeqBatch(choices.input_ids, choices.attention_mask, choices.loss_mask)
+
+    def positions(rows: SeqBatch, shared: torch.Tensor | None = None) -> int:
+        packed = pack_shared_prompts(rows.input_ids, rows.attention_mask, rows.loss_mask, shared=shared)
+        return (packed.input_ids if packed is not None else rows.input_ids).numel()
+
     for g in dict.fromkeys(slates):
         rows = [i for i, s in enumerate(slates) if s == g]
-        mine = [j for j, p in enumerate(parent.tolist()) if slates[p] == g]
+        mine = [j for j, p in enumerate(parent) if slates[p] == g]
         if not mine:
             continue
-        both = join(bare.rows(rows), bare_choices.rows(mine))
-
-        def positions(prefixes: torch.Tensor) -> int:
-            packed = pack_shared_prompts(both.input_ids, both.attention_mask, both.loss_mask,
-                                         shared=torch.cat([own[rows], prefixes]))
-            return packed.input_ids.numel() if packed is not None else both.input_ids.numel()
-
-        if positions(own[parent[mine]]) < positions(theirs[mine]):
-            out[mine] = own[parent[mine]]
-    return own, out
+        with_slate = positions(join(bare.rows(rows), bare_choices.rows(mine)),
+                               torch.cat([own[rows], own[[parent[j] for j in mine]]]))
+        apart = positions(bare.rows(rows)) + sum(positions(mb) for mb in bare_choices.rows(mine).with_groups(
+            [parent[j] for j in mine]).micro_batches(micro_batch))
+        if with_slate < apart:
+            for j in mine:
+                prefixes[j], groups[j] = own[parent[j]], g
+    return own, prefixes, groups
 
 
 def join(a: SeqBatch, b: SeqBatch) -> SeqBatch:
@@ -267,9 +276,13 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
                   "rationale": batch.extras.get("rationale", torch.zeros_like(batch.loss_mask))}
         pad = store.tokenizer(agent).pad_token_id or 0
         choices = candidate_rows(batch.with_extras(**extras), gid, pad) if listwise else None
-        if choices is not None and choices.input_ids.shape[0] and store.settings.shared_prompts:  # how to pack
-            extras[SHARED_PREFIX], prefixes = slate_prefixes(batch, choices, gid)
-            choices = choices.with_extras(**{SHARED_PREFIX: prefixes})
+        if choices is not None and choices.input_ids.shape[0]:  # how the update runs them (candidate_layout)
+            if store.settings.shared_prompts:
+                extras[SHARED_PREFIX], prefixes, groups = candidate_layout(batch, choices, gid,
+                                                                           store.settings.micro_batch)
+                choices = choices.with_extras(**{SHARED_PREFIX: prefixes}).with_groups(groups)
+            else:
+                choices = choices.with_groups([("candidates of", int(p)) for p in choices.extras["parent"]])
         if cfg.kl_coef:
             extras["ref"] = score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
         batch = SeqBatch(batch.input_ids, batch.attention_mask, batch.loss_mask,
@@ -277,8 +290,7 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
         batch = batch.with_extras(**extras).with_groups(gid)
         gen = torch.Generator().manual_seed(hash_seed(agent, store.versions[agent]))
         names = [str(k) for k in index]
-        steps = [_step(store, agent, batch.rows(rows), names, weights, cfg, lambda_ent,
-                       _of_rows(choices, rows, [gid[r] for r in rows]))
+        steps = [_step(store, agent, batch.rows(rows), names, weights, cfg, lambda_ent, _of_rows(choices, rows))
                  for _ in range(cfg.epochs) for rows in slate_steps(gid, cfg.train_batch, gen)]
         out = {k: sum(s[k] for s in steps) / len(steps) for k in ("loss", "grad_norm", *TERMS)}
         out.update(skipped=any(s["skipped"] for s in steps), parameter_updates=sum(not s["skipped"] for s in steps),
@@ -290,10 +302,9 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
     return Optimizer(update, row_extras=frozenset(ROW_MASKS + (CHOICE_EXTRAS if listwise else ())))
 
 
-def _of_rows(choices: SeqBatch | None, rows: list[int], slates: list[int]) -> SeqBatch | None:
-    """The candidate rows whose parent is one of ``rows`` (renumbered to their place in ``rows``), in their parent's
-    slate (``slates``: the slate of each of ``rows``), so that a slate and its candidate rows share a micro-batch;
-    None: none."""
+def _of_rows(choices: SeqBatch | None, rows: list[int]) -> SeqBatch | None:
+    """The candidate rows whose parent is one of ``rows`` (renumbered to their place in ``rows``; their groups kept:
+    :func:`candidate_layout`); None: none."""
     if choices is None:
         return None
     place = {r: i for i, r in enumerate(rows)}
@@ -301,14 +312,13 @@ def _of_rows(choices: SeqBatch | None, rows: list[int], slates: list[int]) -> Se
     if not mine:
         return None
     out = choices.rows(mine)
-    parents = torch.tensor([float(place[p]) for p in out.extras["parent"].long().tolist()])
-    return out.with_extras(parent=parents).with_groups([slates[p] for p in parents.long().tolist()])
+    return out.with_extras(parent=torch.tensor([float(place[p]) for p in out.extras["parent"].long().tolist()]))
 
 
 def _step(store: PolicyStore, agent: str, batch: SeqBatch, names: list[str], weights: dict, cfg: TrainerCfg,
           lambda_ent: float, choices: SeqBatch | None = None) -> dict:
     """One parameter update over whole slates (``batch``) and, for the listwise L_choice, their rows' candidate rows
-    (``choices``, in their slate's micro-batch; they enter L_choice only)."""
+    (``choices``, grouped with their slate or apart as :func:`candidate_layout` says; they enter L_choice only)."""
     n_tok, n_slates = count_tokens([batch.loss_mask]), len(set(batch.groups))
     listwise = choices is not None
     if listwise:
@@ -329,6 +339,8 @@ def _step(store: PolicyStore, agent: str, batch: SeqBatch, names: list[str], wei
                     seq = (logp[k] * mb.loss_mask[k]).sum(-1)
                     l_choice = l_choice + listwise_choice(seq[None], x["choice_adv"][k], torch.ones_like(seq)[None]) \
                         * x["choice_weight"][k[0]] / n_slates
+                if not rows:  # candidate rows run apart from their slate
+                    continue
             gen = torch.Generator().manual_seed(hash_seed(agent, store.versions[agent], names[g]))
             order = torch.randperm(len(rows), generator=gen).tolist()  # random tie-breaking for ListMLE
             c, r = slate_terms(logp[rows], x["decision"][rows], x["rationale"][rows], x["adv"][rows],

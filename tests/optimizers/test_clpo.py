@@ -8,7 +8,7 @@ import torch
 from selfevo.loop import TrainerCfg
 from selfevo.optimizers import OPTIMIZERS, ClpoCfg, Samples
 from selfevo.optimizers.clpo import (candidate_rows, choice_advantages, join, listwise_choice, sampled_choice,
-                                     slate_prefixes, slate_steps, slate_terms)
+                                     candidate_layout, slate_steps, slate_terms)
 from selfevo.optimizers.objectives import slate_advantages
 from selfevo.policy import SeqBatch
 
@@ -320,10 +320,10 @@ LONG_CONTEXT = "Candidate solutions follow, each with its reasoning and its fina
 @pytest.mark.slow  # four listwise updates on the tiny model (about 4 s on the AVX2 machine)
 @pytest.mark.parametrize("context,reasoning,by_slate", [(LONG_CONTEXT, "", True), ("", LONG_CONTEXT, False)])
 def test_clpo_packs_a_slate_with_its_candidate_rows_the_cheaper_way(make_store, context, reasoning, by_slate):
-    """With trainer.shared_prompts a slate's rows and their candidate rows run as one micro-batch. A long slate prompt
-    is run once for all of them (one packed row per slate); with rationales much longer than the prompt, each
-    row's candidate rows share its prompt and rationale instead (the cheaper layout). Either way the same terms,
-    loss and gradient norm as unpacked (no LoRA dropout here: packed rows would share a dropout mask)."""
+    """With trainer.shared_prompts and a long slate prompt, a slate's rows and their candidate rows run as one
+    micro-batch, the prompt once (one packed row per slate); with rationales much longer than the prompt, each
+    row's candidate rows run apart, sharing its prompt and rationale (the cheaper layout). Either way the same
+    terms, loss and gradient norm as unpacked (no LoRA dropout here: packed rows would share a dropout mask)."""
     stats, shapes = [], []
     for shared in (False, True):
         torch.manual_seed(0)  # PEFT draws the LoRA A matrices from the global generator
@@ -336,13 +336,16 @@ def test_clpo_packs_a_slate_with_its_candidate_rows_the_cheaper_way(make_store, 
         assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-4, abs=1e-6), key
     assert stats[1]["choice_rows"] == stats[0]["choice_rows"] == 8
     micro = [sorted(k[0] for k, (n, _) in c.items() for _ in range(n)) for c in shapes]
-    assert micro[0] == [6, 6]  # one micro-batch per slate: its 2 rows and their 4 candidate rows, unpacked
+    assert micro[0] == [2, 2, 2, 2, 4]  # unpacked: each slate's 2 rows, then each row's candidate rows apart
     run = [sum(k[0] * total for k, (_, total) in c.items()) for c in shapes]  # token positions (rows x width)
     assert run[1] < run[0]
     b = samples.batch
-    prefixes = slate_prefixes(b, candidate_rows(b, [0, 0, 1, 1]), [0, 0, 1, 1])[1]
+    _, prefixes, groups = candidate_layout(b, candidate_rows(b, [0, 0, 1, 1]), [0, 0, 1, 1], micro_batch=2)
     prompt_len = len(store.tokenizer("central")(context + "Slate two?", add_special_tokens=False)["input_ids"])
-    # slate two's 4 candidate rows (one row's): sharing only the slate's prompt, or its prompt and the rationale
-    assert ((prefixes[4:] == prompt_len).all() if by_slate else (prefixes[4:] > prompt_len).all())
+    # slate two's 4 candidate rows (one row's): in the slate's micro-batch sharing only the slate's prompt, or apart
+    # sharing the row's prompt and rationale
     if by_slate:
-        assert micro[1] == [1, 1]  # one packed row per slate: its prompt once
+        assert (prefixes[4:] == prompt_len).all() and groups[4:] == [1] * 4
+        assert micro[1] == [1, 1]  # one micro-batch and one packed row per slate: its prompt once
+    else:
+        assert (prefixes[4:] > prompt_len).all() and groups[4:] == [("candidates of", 2)] * 4
