@@ -40,7 +40,7 @@ LEFT_OUT = {
     "tests/benchmarks/test_trl_grpo.py": ({"torch.equal": 1}, "a second step that moved the adapter"),
     "tests/test_gpu.py": ({"tolerance": 3}, "CUDA only: these settings change CPU kernels"),
     "tests/test_stats.py": ({"tolerance": 6}, "selfevo.stats: Python's math, no torch kernel"),
-    "tests/test_sweep.py": ({"tolerance": 6}, "sweep tables from recorded items: selfevo.stats, no torch kernel"),
+    "tests/test_sweep.py": ({"tolerance": 7}, "sweep tables from recorded items: selfevo.stats, no torch kernel"),
 }
 
 
