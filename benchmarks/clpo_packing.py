@@ -32,7 +32,7 @@ from benchmarks.common import machine, save
 
 from selfevo.optimizers.objectives import count_tokens, token_mean
 from selfevo.policy import PolicyStore, SeqBatch, StoreSettings
-from selfevo.optimizers.clpo import candidate_layout, join
+from selfevo.optimizers.clpo import apart_groups, candidate_layout, join
 from selfevo.policy.packing import SHARED_PREFIX
 
 MODEL = "smollm2-135m-instruct"
@@ -72,7 +72,7 @@ def layouts(sampled: SeqBatch, choices: SeqBatch, slate_of: list[int]) -> dict[s
     parents = [int(p) for p in choices.extras["parent"].tolist()]
     both = join(sampled, choices.without_extras("parent"))
     own, theirs, groups = candidate_layout(sampled, choices, slate_of, MICRO_BATCH)
-    return {"before": both.with_groups(slate_of + [("candidates of", p) for p in parents]),
+    return {"before": both.with_groups(slate_of + apart_groups(parents)),
             "clpo": both.with_groups(slate_of + groups).with_extras(**{SHARED_PREFIX: torch.cat([own, theirs])})}
 
 

@@ -186,6 +186,11 @@ def candidate_rows(batch: SeqBatch, slates: Sequence[int], pad_id: int = 0) -> S
                            choice_weight=torch.tensor([1.0 / per_slate[slates[p]] for p in parent]))
 
 
+def apart_groups(parents: Sequence[int]) -> list:
+    """The groups of candidate rows run apart from their slate: each row's K candidate rows together."""
+    return [("candidates of", int(p)) for p in parents]
+
+
 def candidate_layout(batch: SeqBatch, choices: SeqBatch, slates: Sequence[int],
                      micro_batch: int) -> tuple[torch.Tensor, torch.Tensor, list]:
     """How the update runs the candidate rows (``choices``, from :func:`candidate_rows`) of ``batch``'s rows under
@@ -202,7 +207,7 @@ def candidate_layout(batch: SeqBatch, choices: SeqBatch, slates: Sequence[int],
     own = torch.tensor(prompt_length(batch.attention_mask, batch.loss_mask), dtype=torch.float32)
     prefixes = torch.tensor(prompt_length(choices.attention_mask, choices.loss_mask), dtype=torch.float32)
     parent = [int(p) for p in choices.extras["parent"].tolist()]
-    groups: list = [("candidates of", p) for p in parent]
+    groups = apart_groups(parent)
     bare = SeqBatch(batch.input_ids, batch.attention_mask, batch.loss_mask)
     bare_choices = SeqBatch(choices.input_ids, choices.attention_mask, choices.loss_mask)
 
@@ -282,7 +287,7 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
                                                                            store.settings.micro_batch)
                 choices = choices.with_extras(**{SHARED_PREFIX: prefixes}).with_groups(groups)
             else:
-                choices = choices.with_groups([("candidates of", int(p)) for p in choices.extras["parent"]])
+                choices = choices.with_groups(apart_groups(choices.extras["parent"].tolist()))
         if cfg.kl_coef:
             extras["ref"] = score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
         batch = SeqBatch(batch.input_ids, batch.attention_mask, batch.loss_mask,
