@@ -124,6 +124,25 @@ def test_a_changed_sweep_file_does_not_reuse_a_run(tmp_path):
         spec.check_same_run(where, OmegaConf.create({"seed": 0, "trainer": {"lr": 0.2}, "resume": False}))
 
 
+def test_a_run_trained_with_dtype_auto_is_the_run_pinning_the_dtype_auto_resolved_to(tmp_path):
+    """model.dtype=auto resolves per machine (run.json records it at each launch): a file that now pins float32
+    reuses an `auto` run that trained in float32 on every launch, and no other."""
+    where = tmp_path / "run"
+    where.mkdir()
+    (where / "config.yaml").write_text("seed: 0\nmodel:\n  dtype: auto\n")
+    pinned = OmegaConf.create({"seed": 0, "model": {"dtype": "float32"}})
+    with pytest.raises(spec.ConfigError, match="trained with model.dtype=auto, the sweep file now says float32"):
+        spec.check_same_run(where, pinned)  # no run.json: what auto resolved to is unknown
+    (where / "run.json").write_text(json.dumps([{"dtype": "float32"}, {"dtype": "float32"}]))
+    spec.check_same_run(where, pinned)
+    spec.check_same_run(where, OmegaConf.create({"seed": 0, "model": {"dtype": "auto"}}))
+    with pytest.raises(spec.ConfigError, match="trained with model.dtype=auto, the sweep file now says bfloat16"):
+        spec.check_same_run(where, OmegaConf.create({"seed": 0, "model": {"dtype": "bfloat16"}}))
+    (where / "run.json").write_text(json.dumps([{"dtype": "float32"}, {"dtype": "bfloat16"}]))  # resumed elsewhere
+    with pytest.raises(spec.ConfigError, match="now says float32"):
+        spec.check_same_run(where, pinned)
+
+
 def test_a_run_from_before_a_key_was_renamed_is_the_same_run(tmp_path):
     """config.yaml written with the old key (agents, renamed n_agents) matches a config that says n_agents."""
     where = tmp_path / "run"
@@ -407,6 +426,8 @@ def test_the_effect_sweeps_folders_rebuild_effect_jsons_rows():
             p, run = r["per_seed"][k], Path(cfg.output_dir) / name / f"seed{k}"
             steps = OmegaConf.load(run / "config.yaml").trainer.max_steps
             assert (run / "run.json").exists() and p["steps"] == steps, (name, k)
+            # trained in float32 on every start (the rows pin model.dtype; earlier seeds' `auto` resolved to it)
+            assert {s["dtype"] for s in json.loads((run / "run.json").read_text())} == {"float32"}, (name, k)
             assert p["command"].endswith(f"seed={k} output_dir=benchmarks/results/sweeps/effect/{name}/seed{k}")
         carried = sorted(set(r["per_seed"]) - rerun[name])
         if rerun[name] and carried:  # seeds rerun one by one: the row says so, each carried seed is as recorded

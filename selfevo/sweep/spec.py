@@ -263,11 +263,21 @@ def check_same_run(where: Path, cfg: DictConfig) -> None:
     if not path.exists():
         return
     now = _flat(OmegaConf.to_container(cfg, resolve=True))
-    had = _current_names(_flat(OmegaConf.to_container(OmegaConf.load(path))), now)
+    had = _resolved_dtype(where, _current_names(_flat(OmegaConf.to_container(OmegaConf.load(path))), now), now)
     for key in sorted(set(had) | set(now)):
         if key != "resume" and had.get(key, "(none)") != now.get(key, "(none)"):
             raise ConfigError(f"{where} was trained with {key}={had.get(key, '(none)')}, the sweep file now says "
                               f"{now.get(key, '(none)')}: remove the folder or use another output_dir")
+
+
+def _resolved_dtype(where: Path, had: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """A run started with ``model.dtype=auto`` trained in the dtype ``auto`` resolved to on its machine, which each
+    launch records in run.json: a file that now pins that dtype names the same run (not one pinning another)."""
+    want, record = now.get("model.dtype"), where / "run.json"
+    if had.get("model.dtype") != "auto" or want == "auto" or not record.exists():
+        return had
+    launches = json.loads(record.read_text())
+    return {**had, "model.dtype": want} if launches and {x.get("dtype") for x in launches} == {want} else had
 
 
 def _current_names(had: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
