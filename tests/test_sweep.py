@@ -385,6 +385,11 @@ def test_a_carried_over_evaluation_is_in_the_table_but_not_taken_for_the_sweeps_
     md = table.markdown(mixed := table.collect(cfg, rows))
     assert mixed["rows"]["g"]["mixed"] == {"carried_over": [0], "rerun": [1]}
     assert "| g (mixes carried-over seeds [0] with rerun [1]) | vanilla | 2 |" in md
+    run = tmp_path / "g" / "seed0"  # seed 0 being rerun: its new run's record waits for its own evaluation
+    (run / "run.json").write_text(json.dumps([{"argv": ["selfevo", "run", "grpo", "seed=0", "x=1"]}]))
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 0, "step_s": 9.0, "reward": 0.5}) + "\n")
+    assert table.collect(cfg, rows) == mixed
+    assert "g" not in table.curves(cfg, {"g": OmegaConf.create({"curve": ["reward"]})})
 
 
 EFFECT = ROOT / "benchmarks" / "results" / "effect.json"

@@ -10,7 +10,9 @@ seed's own change and the t interval of those changes over seeds.
 
 A carried-over evaluation (summary.json's record has ``carried_over``: numbers recorded elsewhere, converted into
 this layout; docs/sweeps.md) holds the per-item verdicts without the answers: its answer length, answers' SHA-256,
-steps, training seconds and command come from that record, where no run directory beside it says otherwise.
+steps, training seconds and command come from that record. A run directory beside it is a rerun whose own
+evaluation has not replaced it yet: its steps, seconds, command and curves are left out until that evaluation is
+there, so a seed's numbers never mix two runs.
 """
 from __future__ import annotations
 
@@ -77,7 +79,8 @@ def _mean(xs: list[float | None]) -> float | None:
 def collect(cfg: DictConfig, rows: dict[str, DictConfig]) -> dict[str, Any]:
     """table.json's content: every row with at least one finished evaluation, in the file's order."""
     out = Path(cfg.output_dir)
-    seeds = {name: {s: {**read_eval(d / "eval"), **read_run(d)} for s, d in _seed_dirs(out / name)} for name in rows}
+    seeds = {name: {s: {**read_eval(d / "eval"), **({} if carried_over(d / "eval") else read_run(d))}
+                    for s, d in _seed_dirs(out / name)} for name in rows}
     seeds = {name: per for name, per in seeds.items() if per}
     first = next((p for per in seeds.values() for p in per.values()), None)
     ids = first["ids"] if first else []
@@ -152,7 +155,8 @@ def curves(cfg: DictConfig, rows: dict[str, DictConfig]) -> dict[str, dict[str, 
     out, result = Path(cfg.output_dir), {}
     for name, row in rows.items():
         runs = [[json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
-                for _, d in _seed_dirs(out / name) if (d / "metrics.jsonl").exists()]
+                for _, d in _seed_dirs(out / name)
+                if (d / "metrics.jsonl").exists() and not carried_over(d / "eval")]
         if not row.curve or not runs:
             continue
         result[name] = {key: _band(runs, key) for key in row.curve}
