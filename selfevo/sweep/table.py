@@ -71,6 +71,13 @@ def read_run(run_dir: Path) -> dict[str, Any]:
             "command": "selfevo " + " ".join(a for a in argv if a != "resume=true") if argv else None}
 
 
+def read_seed(seed_dir: Path) -> dict[str, Any]:
+    """A seed folder's evaluation, with its run's training record where the evaluation is that run's own (a
+    carried-over one keeps its recorded steps, seconds and command while a rerun beside it is unfinished)."""
+    found = read_eval(seed_dir / "eval")
+    return found if "carried_over" in found["record"] else {**found, **read_run(seed_dir)}
+
+
 def _mean(xs: list[float | None]) -> float | None:
     xs = [x for x in xs if x is not None]
     return round(sum(xs) / len(xs), 1) if xs else None
@@ -79,8 +86,7 @@ def _mean(xs: list[float | None]) -> float | None:
 def collect(cfg: DictConfig, rows: dict[str, DictConfig]) -> dict[str, Any]:
     """table.json's content: every row with at least one finished evaluation, in the file's order."""
     out = Path(cfg.output_dir)
-    seeds = {name: {s: {**read_eval(d / "eval"), **({} if carried_over(d / "eval") else read_run(d))}
-                    for s, d in _seed_dirs(out / name)} for name in rows}
+    seeds = {name: {s: read_seed(d) for s, d in _seed_dirs(out / name)} for name in rows}
     seeds = {name: per for name, per in seeds.items() if per}
     first = next((p for per in seeds.values() for p in per.values()), None)
     ids = first["ids"] if first else []
