@@ -88,3 +88,11 @@ def test_run_recipe_help_lists_every_key_and_the_presets(capsys):
         line = next(x for x in printed.splitlines() if x.split() and x.split()[0] == key)
         assert help in line and allowed[:20] in line
     assert cli.main(["run", "--help"]) == 0 and "--dry-run" in capsys.readouterr().out
+
+
+def test_sweep_help_says_what_the_command_does_in_a_whole_sentence(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["sweep", "--help"])
+    assert stop.value.code == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "and a table that pairs every row with a baseline row on the same held-out items." in said

@@ -27,7 +27,7 @@ from . import launch, spec, table
 
 
 def _parser() -> OneLineParser:
-    parser = OneLineParser(prog="selfevo sweep", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="selfevo sweep", description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("file", help="the sweep file (YAML)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once here, each with T/N threads (T: OMP_NUM_THREADS, else the cores)")
     parser.add_argument("--only", nargs="+", metavar="ROW", help="run only these rows (the table keeps all)")
