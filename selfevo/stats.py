@@ -14,6 +14,9 @@
   benchmarks/results/effect.json's rows): the seed-averaged per-item accuracy with the Wilson interval of its
   rounded count, the paired difference of those items against a baseline row's (seed-averaged) items, each seed's
   own accuracy and paired change, and :func:`seed_interval` over the seeds' changes.
+* :func:`contrast` — two rows a and b on the same items (``contrasts: ["a - b"]`` of a sweep file): the paired
+  difference of a's seed-averaged items against b's, and over the seeds both rows ran, seed k of a minus seed k of
+  b (its accuracy difference) with :func:`seed_interval`.
 * :func:`t975` — Student's t quantile at 0.975 (two-sided 95%): a table for 1-30 degrees of freedom, the
   Cornish-Fisher expansion in 1/df beyond (within 1e-4 of the table at 30, tending to z).
 """
@@ -112,3 +115,19 @@ def row_summary(seeds: dict[str, Sequence[float]], baseline: Sequence[float] | N
     spread = seed_interval([p["diff"] for p in per_seed.values()]) if baseline is not None else None
     return {"n": n, "accuracy": sum(avg) / n, "accuracy_ci": list(wilson(int(round(sum(avg))), n)),
             "per_seed": per_seed, "paired": paired, "over_seeds": spread}
+
+
+def contrast(a: dict[str, Sequence[float]], b: dict[str, Sequence[float]]) -> dict:
+    """Row a − row b, each ``{seed: items}`` (0/1 verdicts on the same items in one order): ``paired`` is
+    :func:`paired_difference` of a's seed-averaged items against b's; ``per_seed`` ``{seed: accuracy of a − accuracy
+    of b}`` over the seeds both rows have (in a's order), and ``over_seeds`` their :func:`seed_interval` (None when
+    they share no seed)."""
+    if not a or not b:
+        raise ValueError("contrast needs at least one seed of each row")
+    a_avg, b_avg = item_mean(list(a.values())), item_mean(list(b.values()))
+    if len(a_avg) != len(b_avg):
+        raise ValueError(f"paired items differ in number: {len(a_avg)} in a, {len(b_avg)} in b")
+    n = len(a_avg)
+    per_seed = {s: (sum(a[s]) - sum(b[s])) / n for s in a if s in b}
+    return {"paired": paired_difference(b_avg, a_avg), "per_seed": per_seed,
+            "over_seeds": seed_interval(list(per_seed.values())) if per_seed else None}

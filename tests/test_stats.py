@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from selfevo.stats import Z95, item_mean, paired_difference, row_summary, seed_interval, t975, wilson
+from selfevo.stats import Z95, contrast, item_mean, paired_difference, row_summary, seed_interval, t975, wilson
 
 
 def test_wilson_by_hand():
@@ -122,6 +122,34 @@ def test_row_summary_degenerate_cases():
         row_summary({"0": [1, 0, 1]}, [1, 0])
     with pytest.raises(ValueError):
         row_summary({}, [1])
+
+
+
+def test_contrast_by_hand():
+    # a's seed-averaged items [1, 2/3, 2/3, 0], b's (seeds 0, 1, 5) [1/3, 1/3, 0, 0]: d = 2/3, 1/3, 2/3, 0, mean 5/12,
+    # deviations 3/12, −1/12, 3/12, −5/12, s² = (9 + 1 + 9 + 25)/144/3 = 44/432. Per seed, only the seeds both rows
+    # ran: seed 0 (2 − 1)/4, seed 1 (2 − 1)/4; two equal changes: the over-seed interval is that point
+    a = {"0": [1, 1, 0, 0], "1": [1, 0, 1, 0], "2": [1, 1, 1, 0]}
+    b = {"0": [0, 1, 0, 0], "1": [1, 0, 0, 0], "5": [0, 0, 0, 0]}
+    got = contrast(a, b)
+    half = Z95 * math.sqrt(44 / 432) / 2
+    assert (got["paired"]["diff"], got["paired"]["low"], got["paired"]["high"]) == pytest.approx(
+        (5 / 12, 5 / 12 - half, 5 / 12 + half))
+    assert (got["paired"]["improved"], got["paired"]["worsened"]) == (3, 0)
+    assert got["per_seed"] == {"0": 0.25, "1": 0.25}
+    assert (got["over_seeds"]["k"], got["over_seeds"]["low"], got["over_seeds"]["high"]) == (2, 0.25, 0.25)
+
+
+def test_contrast_degenerate_cases():
+    same = contrast({"0": [1, 0]}, {"0": [1, 0]})  # one seed each, identical: a point at 0, no spread over seeds
+    assert (same["paired"]["low"], same["paired"]["high"]) == (0.0, 0.0)
+    assert same["over_seeds"]["k"] == 1 and same["over_seeds"]["low"] is None
+    apart = contrast({"0": [1, 0]}, {"1": [0, 0]})  # no seed in common: items paired, seeds not
+    assert apart["paired"]["diff"] == 0.5 and apart["per_seed"] == {} and apart["over_seeds"] is None
+    with pytest.raises(ValueError):
+        contrast({"0": [1, 0, 1]}, {"0": [1, 0]})
+    with pytest.raises(ValueError):
+        contrast({}, {"0": [1]})
 
 
 EFFECT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "effect.json"

@@ -45,6 +45,9 @@ rows:
     (GOOD.replace("base: {}", "base: {recipe: grop}"), "did you mean 'grpo'?"),
     (GOOD.replace("baseline: base", "baseline: bse"), "baseline 'bse' is not a row of {f} (did you mean 'base'?)"),
     (GOOD.replace("arith", "arihm"), "did you mean 'arith'?"),
+    (GOOD + "contrasts: [base - bse]\n", "contrast 'base - bse' in {f}: 'bse' is not a row of it (did you mean 'base'?)"),
+    (GOOD + "contrasts: [base-base]\n", "contrast 'base-base' in {f} must be two rows as 'a - b'"),
+    (GOOD + "contrasts: [base - base]\n", "contrast 'base - base' in {f} compares a row with itself"),
     (GOOD.replace("limit: 2", "limit: 0"), "eval.limit must be >= 1, got 0"),
     (GOOD.replace("base: {}", "base: {seeds: [x]}"), "seeds"),
     (GOOD.replace("base: {}", "base/x: {}"), "row name 'base/x'"),
@@ -340,6 +343,25 @@ def test_a_row_pairs_with_its_own_baseline_where_it_names_one(tmp_path, capsys):
     assert cli.main(["sweep", str(_sweep_file(tmp_path, text)), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "row 'g'" in err and "baseline 'bas2' is not a row (did you mean 'base'?)" in err
+
+
+
+def test_contrasts_pair_two_rows_on_the_same_items(tmp_path):
+    """g − base2 (test_a_row_pairs_with_its_own_baseline_where_it_names_one's folders): items −0.125 [−0.370,
+    +0.120]; the seeds both rows ran: seed 0 only, 0.5 − 0.75; a contrast with a row not evaluated yet is left out."""
+    cfg = OmegaConf.create({"output_dir": str(tmp_path), "baseline": "base",
+                            "contrasts": ["g - base2", "g - later"]})
+    rows = {name: OmegaConf.create({"about": "", "recipe": None, "curve": []})
+            for name in ("base", "base2", "g", "later")}
+    _fake_eval(tmp_path / "base" / "seed0", [0, 0, 1, 0])
+    _fake_eval(tmp_path / "base2" / "seed0", [1, 1, 1, 0])
+    _fake_eval(tmp_path / "g" / "seed0", [1, 0, 1, 0])
+    _fake_eval(tmp_path / "g" / "seed1", [1, 1, 1, 0])
+    md = table.write(cfg, rows)
+    (got,) = json.loads((tmp_path / "table.json").read_text())["contrasts"]
+    assert (got["a"], got["b"], got["seeds"]) == ("g", "base2", {"g": [0, 1], "base2": [0]})
+    assert got["paired"]["diff"] == -0.125 and got["per_seed"] == {"0": -0.25} and got["over_seeds"]["k"] == 1
+    assert md.splitlines()[-1] == "| g − base2 | 2 / 1 | -0.125 [-0.370, +0.120] | +0/−1 | -0.250 | – |"
 
 
 def test_table_json_keeps_lists_of_values_on_one_line():

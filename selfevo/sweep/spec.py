@@ -91,6 +91,8 @@ class SweepCfg:
     output_dir: str | None = opt(None, "where the runs and the table go (null: runs/sweeps/<file name>)")
     seeds: list[int] = opt([0], "training seeds of every row", nonempty=True)
     baseline: str | None = opt(None, "the row every other row is paired against (null: no paired columns)")
+    contrasts: list[str] = opt([], "more pairs of rows compared on the same items, each 'a - b' (spaces around "
+                                   "the minus): the table's second part")
     eval: SweepEvalCfg = opt(SweepEvalCfg, "the evaluation every row shares")
     rows: dict[str, Any] = opt({}, "name: row (recipe, preset, overrides, ... or an evaluation-only row)")
 
@@ -184,9 +186,25 @@ def load_sweep(path: str | Path) -> tuple[DictConfig, dict[str, DictConfig]]:
         if row.baseline is not None and row.baseline not in rows:
             raise ConfigError(f"row '{name}' in {path}: baseline '{row.baseline}' is not a row"
                               f"{hint(row.baseline, rows)}")
+    for pair in cfg.contrasts:
+        contrast_rows(pair, rows, path)
     if cfg.output_dir is None:
         cfg.output_dir = str(Path("runs") / "sweeps" / path.stem)
     return cfg, rows
+
+
+def contrast_rows(pair: str, rows: Sequence[str], path: str | Path = "the sweep file") -> tuple[str, str]:
+    """``"a - b"`` (a contrast of the sweep file) as ``(a, b)``, both rows of it and not the same row."""
+    parts = str(pair).split(" - ")
+    if len(parts) != 2 or not all(x.strip() for x in parts):
+        raise ConfigError(f"contrast '{pair}' in {path} must be two rows as 'a - b' (spaces around the minus)")
+    a, b = (x.strip() for x in parts)
+    for name in (a, b):
+        if name not in rows:
+            raise ConfigError(f"contrast '{pair}' in {path}: '{name}' is not a row of it{hint(name, rows)}")
+    if a == b:
+        raise ConfigError(f"contrast '{pair}' in {path} compares a row with itself")
+    return a, b
 
 
 def hint(name: str, known: Sequence[str]) -> str:

@@ -25,7 +25,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from selfevo.config import ConfigError
-from selfevo.stats import item_mean, row_summary, seed_interval
+from selfevo.stats import contrast, item_mean, row_summary, seed_interval
+
+from .spec import contrast_rows
 
 
 def _seed_dirs(row_dir: Path) -> list[tuple[str, Path]]:
@@ -118,7 +120,23 @@ def collect(cfg: DictConfig, rows: dict[str, DictConfig]) -> dict[str, Any]:
                                          "rerun": [s for s, c in carried.items() if not c]}
     record = first["record"] if first else {}
     return {"benchmark": record.get("benchmark"), "split": record.get("split"), "n": len(ids),
-            "sampling": record.get("sampling"), "baseline": base, "item_ids": ids, "rows": table_rows}
+            "sampling": record.get("sampling"), "baseline": base, "item_ids": ids, "rows": table_rows,
+            **({"contrasts": contrasts(cfg, rows, seeds, table_rows)} if cfg.get("contrasts") else {})}
+
+
+def contrasts(cfg: DictConfig, rows: dict[str, DictConfig], seeds: dict[str, dict[str, dict]],
+              table_rows: dict[str, dict]) -> list[dict[str, Any]]:
+    """The file's ``contrasts`` whose two rows both have finished evaluations: :func:`selfevo.stats.contrast` of
+    their per-seed items, with the seeds each row has and those that mix carried-over and rerun seeds."""
+    found = []
+    for pair in cfg.get("contrasts") or ():
+        a, b = contrast_rows(pair, rows)
+        if a not in seeds or b not in seeds:
+            continue
+        got = contrast({s: p["items"] for s, p in seeds[a].items()}, {s: p["items"] for s, p in seeds[b].items()})
+        found.append({"a": a, "b": b, "seeds": {a: [int(s) for s in seeds[a]], b: [int(s) for s in seeds[b]]},
+                      **got, "mixed": [r for r in (a, b) if table_rows[r].get("mixed")]})
+    return found
 
 
 def _ci(pair) -> str:
@@ -152,7 +170,23 @@ def markdown(table: dict[str, Any]) -> str:
                         if r.get("mixed") else "")
         lines.append(f"| {label} | {r['setup']} | {len(r['seeds'])} | {r['accuracy']:.3f} {_ci(r['accuracy_ci'])} | "
                      f"{vs} | {moved} | {per} | {_signed(spread, 'mean')} | {r['answer_chars']} | {seconds} |")
-    return head + "\n".join(lines) + "\n"
+    return head + "\n".join(lines) + "\n" + contrasts_markdown(table.get("contrasts") or [])
+
+
+def contrasts_markdown(found: list[dict[str, Any]]) -> str:
+    """table.md's second part: one line per contrast a − b (empty without contrasts)."""
+    if not found:
+        return ""
+    lines = ["", "| a − b (same items) | seeds | difference (paired 95%) | items a ahead / b ahead | per seed: a − b | "
+                 "over seeds (t 95%) |", "|---" * 6 + "|"]
+    for c in found:
+        paired, spread = c["paired"], c["over_seeds"]
+        name = f"{c['a']} − {c['b']}" + (f" ({', '.join(c['mixed'])}: mixed seeds)" if c["mixed"] else "")
+        shared = ", ".join(f"{d:+.3f}" for d in c["per_seed"].values()) or "– (no seed in common)"
+        lines.append(f"| {name} | {len(c['seeds'][c['a']])} / {len(c['seeds'][c['b']])} | {_signed(paired)} | "
+                     f"+{paired['improved']}/−{paired['worsened']} | {shared} | "
+                     f"{_signed(spread if spread and spread['k'] > 1 else None, 'mean')} |")
+    return "\n".join(lines) + "\n"
 
 
 def curves(cfg: DictConfig, rows: dict[str, DictConfig]) -> dict[str, dict[str, list]]:
