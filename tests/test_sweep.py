@@ -492,6 +492,37 @@ def test_the_effect_sweeps_folders_rebuild_effect_jsons_rows():
     assert (out / "table.md").read_text() == table.markdown(got)
 
 
+
+def _points(x: float | None) -> str:
+    return "–" if x is None else f"{x:+.3f}".replace("-", "−")
+
+
+def test_the_results_doc_and_the_readme_quote_the_effect_table():
+    """docs/results.md's effect table and README's methods table give the committed effect table's numbers (after,
+    paired interval, interval over seeds, seeds), so a rerun row's new numbers cannot stay prose of the old ones."""
+    got = json.loads((ROOT / "benchmarks" / "results" / "sweeps" / "effect" / "table.json").read_text())["rows"]
+    doc = {m.group(1): [c.replace("**", "").strip() for c in m.group(2).split(" | ")]
+           for m in re.finditer(r"^\| `([\w.\-]+)` \| (.*) \|$", (ROOT / "docs" / "results.md").read_text(), re.M)}
+    quoted = 0
+    for name, r in got.items():
+        if r["recipe"] is None:  # the untrained bases: the "before" column
+            continue
+        _, seeds, moved, paired, spread, _ = doc[name]
+        p, o = r["paired"], r["over_seeds"]
+        assert seeds == str(len(r["seeds"])), name
+        assert moved.endswith(f"→ {r['accuracy']:.3f}"), (name, moved)
+        assert paired == f"{_points(p['diff'])} [{_points(p['low'])}, {_points(p['high'])}]", (name, paired)
+        want = "–" if o["low"] is None else f"[{_points(o['low'])}, {_points(o['high'])}]"
+        assert spread == want, (name, spread)
+        quoted += 1
+    assert quoted >= 15
+    readme = (ROOT / "README.md").read_text()
+    for name in ("comas", "sage", "azr", "mae", "grpo"):
+        p = got[name]["paired"]
+        cell = f"[{100 * p['diff']:+.1f} [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}]](docs/results.md)"
+        assert cell.replace("-", "−") + f", {len(got[name]['seeds'])} seeds" in readme, name
+
+
 def test_convert_effect_writes_the_committed_folders(tmp_path):
     """benchmarks/sweeps/convert_effect.py, run again, gives the committed folders file for file, byte for byte;
     no run state (config.yaml, checkpoint, adapters) among them."""
