@@ -144,7 +144,7 @@ def main() -> None:
     ratio = statistics.median(b / a for a, b in zip(times["before"], times["clpo"]))
     save("clpo_packing", {"model": MODEL, "dtype": store.dtype, **shapes, "repeats": args.repeats,
         "rows_in_update": int(runs["clpo"].input_ids.shape[0]), "layouts": out, "time_ratio": round(ratio, 3),
-        "positions_ratio": round(counted["clpo"][0] / counted["by_prompt"][0], 3),
+        "positions_ratio": round(counted["clpo"][0] / counted["before"][0], 3),
         "bf16_native": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()), "machine": machine()})
 
 
