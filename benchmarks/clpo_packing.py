@@ -1,24 +1,28 @@
 """What running CLPO's listwise candidate rows with their slate saves: one update of the embedded model on
-MAESTRO-shaped slates, run as ``optimizers/clpo.py`` runs them (``clpo``: per slate, whichever runs fewer token
-positions of its candidate rows in the slate's micro-batch, sharing the slate's prompt, ``packing.SHARED_PREFIX``,
-and the layout before) against the layout before (``before``: a slate's rows one micro-batch sharing its prompt,
-each row's K candidate rows in micro-batches of their own sharing that row's prompt and rationale).
+MAESTRO-shaped slates, in three layouts of the same rows: ``before`` (a slate's rows one micro-batch sharing its
+prompt, each row's K candidate rows in micro-batches of their own sharing that row's prompt and rationale),
+``by_row_prompt`` (per slate, its candidate rows in the slate's micro-batch sharing each row's prompt, or apart,
+whichever runs fewer token positions) and ``clpo`` (as ``optimizers/clpo.py`` runs them: also the slate's common
+prefix, ``optimizers/clpo.py::slate_prefix``, shared by all its rows and candidate rows where that runs fewer).
 
     .venv/bin/python -m benchmarks.clpo_packing [--slates 8] [--rows 8] [--prompt 650] [--rationale 42]
-                                                [--decision 2] [--candidates 2] [--repeats 3] [--dtype auto]
-                                                [--count-only]
+                                                [--decision 2] [--candidates 2] [--chained] [--lead 6]
+                                                [--repeats 3] [--dtype auto] [--count-only]
 
-The defaults are the shapes of a ``maestro_selectors.yaml`` CLPO step on the embedded model (8 slates of 8
-central samples, ~650 prompt tokens: the question and 4 candidate solutions of ~118 tokens; ~42 rationale
-tokens; a 2-token decision; 2 candidates shown to each sample). Token ids are random: the cost is the shapes'.
-Both layouts run the same rows (``trainer.micro_batch=4``, gradient checkpointing on) with a token-mean loss over
-every scored token; interleaved (before, clpo, ...) after one warm-up pair. Keys per layout: ``median_s``,
-``all_s``, ``positions`` (token positions the forwards run: packed rows × padded width, summed over micro-batches;
-exact), ``packed_rows``;
-``time_ratio`` (clpo / before, the median of the pairs' ratios) and ``positions_ratio``. Writes
-results/clpo_packing.json. Time it on a quiet machine only. ``--count-only`` loads no model and times nothing: the
-token positions of ``unpacked``, ``before`` and ``clpo`` (exact, any machine), in
-results/clpo_packing_positions.json.
+The defaults are the single-stage selection (rationale and decision one row; 8 samples of a slate, 2 candidates
+each, ~650 prompt tokens). ``maestro_selectors.yaml`` and the maestro ``cpu`` preset chain the selection
+(``protocol.central_chain``): each sample is a rationale row and a decision row whose prompt carries the rationale
+and ``Chosen: Candidate`` (``--lead`` tokens), then the number; their shapes: ``--chained --rows 4 --prompt 617
+--rationale 38 --decision 1 --candidates 4`` (means of a recorded step; its counts match the recorded step's
+within 2%). Token ids are random: the cost is the shapes'. Every layout runs the same rows (``trainer.micro_batch=4``,
+gradient checkpointing on) with a token-mean loss over every scored token; interleaved (before, by_row_prompt,
+clpo, ...) after one warm-up round. Keys per layout: ``median_s``, ``all_s``, ``positions`` (token positions the
+forwards run: packed rows × padded width, summed over micro-batches; exact), ``packed_rows``; ``time_ratio`` (clpo
+/ before, the median of the rounds' ratios), ``slate_prefix_time_ratio`` (clpo / by_row_prompt) and
+``positions_ratio``. Writes results/clpo_packing[_chained].json. Time it on a quiet machine only.
+``--count-only`` loads no model and times nothing: the token positions of ``unpacked`` and each layout, and of the
+reference's scoring pass over the sampled rows (``reference_positions``; the KL's, ``optimizers.base.score``)
+(exact, any machine), in results/clpo_packing_positions[_chained].json.
 """
 from __future__ import annotations
 
@@ -33,47 +37,76 @@ from benchmarks.common import machine, save
 from selfevo.optimizers.objectives import count_tokens, token_mean
 from selfevo.policy import PolicyStore, SeqBatch, StoreSettings
 from selfevo.optimizers.clpo import apart_groups, candidate_layout, join
-from selfevo.policy.packing import SHARED_PREFIX
+from selfevo.policy.packing import SHARED_PREFIX, pack_shared_prompts
 
 MODEL = "smollm2-135m-instruct"
 MICRO_BATCH = 4  # trainer.micro_batch of the maestro recipe
 
 
 def slates_batch(slates: int, rows: int, prompt: int, rationale: int, decision: int, candidates: int,
-                 seed: int = 0) -> tuple[SeqBatch, SeqBatch, list[int]]:
+                 chained: bool = False, lead: int = 6, seed: int = 0) -> tuple[SeqBatch, SeqBatch, list[int]]:
     """The sampled rows (each slate's prompt, a rationale and a decision), their candidate rows (the slate's prompt
-    and the row's rationale, then one candidate's decision; extra ``parent``) and each sampled row's slate."""
+    and the row's rationale, then one candidate's decision; extra ``parent``) and each sampled row's slate.
+    ``chained`` (``protocol.central_chain``): each sample is two rows, its rationale (the slate's prompt, then the
+    rationale) and its decision (the prompt, the rationale and ``lead`` tokens of ``Chosen: Candidate`` given, then
+    the decision); the candidate rows follow the decision row's given part."""
     gen = torch.Generator().manual_seed(seed)
 
     def draw(n: int) -> list[int]:
         return torch.randint(100, 40000, (n,), generator=gen).tolist()
 
+    given = draw(lead) if chained else []
     prompts, comps, slate_of, c_prompts, c_comps, parent = [], [], [], [], [], []
     for s in range(slates):
         p = draw(prompt)
-        for _ in range(rows):
-            r = draw(rationale)
+        reasons = [draw(rationale) for _ in range(rows)] if chained else []
+        for r in reasons:  # a chained slate: its rationale rows, then its decision rows (the recipe's turn order)
+            prompts.append(p)
+            comps.append(r)
+            slate_of.append(s)
+        for j in range(rows):
+            r = reasons[j] if chained else draw(rationale)
+            before = p + r + given
             for _ in range(candidates):
-                c_prompts.append(p + r)
+                c_prompts.append(before)
                 c_comps.append(draw(decision))
                 parent.append(len(prompts))
-            prompts.append(p)
-            comps.append(r + draw(decision))
+            prompts.append(before if chained else p)
+            comps.append(draw(decision) if chained else r + draw(decision))
             slate_of.append(s)
     choices = SeqBatch.build(c_prompts, c_comps, pad_id=2).with_extras(parent=torch.tensor(parent, dtype=torch.float32))
     return SeqBatch.build(prompts, comps, pad_id=2), choices, slate_of
 
 
 def layouts(sampled: SeqBatch, choices: SeqBatch, slate_of: list[int]) -> dict[str, SeqBatch]:
-    """The update's rows two ways: ``before``, each slate's rows one micro-batch and each row's K candidate rows
-    kept together in micro-batches of their own, every row packed by its prompt (how the update ran them before);
-    ``clpo``, as the optimizer runs them: per slate, its candidate rows in the slate's micro-batch or apart
-    (:func:`candidate_layout`)."""
+    """The update's rows three ways: ``before``, each slate's rows one micro-batch and each row's K candidate rows
+    kept together in micro-batches of their own, every row packed by its prompt (how the update first ran them);
+    ``by_row_prompt``, per slate its candidate rows in the slate's micro-batch sharing each row's prompt, or apart
+    (:func:`candidate_layout` without the slate's prefix); ``clpo``, as the optimizer runs them
+    (:func:`candidate_layout`). Each batch's sampled rows come first; ``sampled`` [extra]: 1 on them."""
     parents = [int(p) for p in choices.extras["parent"].tolist()]
     both = join(sampled, choices.without_extras("parent"))
-    own, theirs, groups = candidate_layout(sampled, choices, slate_of, MICRO_BATCH)
-    return {"before": both.with_groups(slate_of + apart_groups(parents)),
-            "clpo": both.with_groups(slate_of + groups).with_extras(**{SHARED_PREFIX: torch.cat([own, theirs])})}
+    flag = torch.cat([torch.ones(sampled.input_ids.shape[0]), torch.zeros(choices.input_ids.shape[0])])
+    out = {"before": both.with_groups(slate_of + apart_groups(parents)).with_extras(sampled=flag)}
+    for name, slate_wide in (("by_row_prompt", False), ("clpo", True)):
+        own, theirs, groups = candidate_layout(sampled, choices, slate_of, MICRO_BATCH, share_slate_prefix=slate_wide)
+        out[name] = both.with_groups(slate_of + groups).with_extras(**{SHARED_PREFIX: torch.cat([own, theirs])},
+                                                                      sampled=flag)
+    return out
+
+
+def score_positions(batch: SeqBatch) -> int:
+    """The token positions of the reference's scoring pass over the sampled rows (``optimizers.base.score``:
+    consecutive runs of ``MICRO_BATCH`` rows, each packed by the rows' shared prefix)."""
+    rows = [i for i, f in enumerate(batch.extras["sampled"].tolist()) if f]
+    sampled = batch.rows(rows)
+    total = 0
+    for s in range(0, len(rows), MICRO_BATCH):
+        mb = sampled.rows(list(range(s, min(s + MICRO_BATCH, len(rows)))))
+        packed = pack_shared_prompts(mb.input_ids, mb.attention_mask, mb.loss_mask,
+                                     shared=mb.extras.get(SHARED_PREFIX))
+        total += (packed.input_ids if packed is not None else mb.input_ids).numel()
+    return total
 
 
 def counted_positions(store: PolicyStore, batch: SeqBatch) -> int:
@@ -114,19 +147,26 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"))
+    ap.add_argument("--chained", action="store_true", help="the chained selection's rows (protocol.central_chain)")
+    ap.add_argument("--lead", type=int, default=6, help="--chained: tokens given before the decision")
     ap.add_argument("--count-only", action="store_true", help="count token positions only (no model, no timing)")
     args = ap.parse_args()
     sampled, choices, slate_of = slates_batch(args.slates, args.rows, args.prompt, args.rationale, args.decision,
-                                              args.candidates)
+                                              args.candidates, chained=args.chained, lead=args.lead)
     runs = layouts(sampled, choices, slate_of)
-    shapes = {k: getattr(args, k) for k in ("slates", "rows", "prompt", "rationale", "decision", "candidates")}
+    shapes = {k: getattr(args, k) for k in ("slates", "rows", "prompt", "rationale", "decision", "candidates",
+                                            "chained", "lead")}
+    suffix = "_chained" if args.chained else ""
     if args.count_only:
         store = PolicyStore(StoreSettings(micro_batch=MICRO_BATCH, shared_prompts=True))  # no model loaded
         unpacked = sum(mb.input_ids.numel() for mb in store.micro_batches(runs["before"]))
         counts = {name: counted_positions(store, batch) for name, batch in runs.items()}
-        save("clpo_packing_positions", {**shapes, "rows_in_update": int(runs["clpo"].input_ids.shape[0]),
+        scored = {name: score_positions(batch) for name, batch in runs.items()}
+        save("clpo_packing_positions" + suffix, {**shapes, "rows_in_update": int(runs["clpo"].input_ids.shape[0]),
                                         "positions": {"unpacked": unpacked, **counts},
-                                        "positions_ratio": round(counts["clpo"] / counts["before"], 3)})
+                                        "positions_ratio": round(counts["clpo"] / counts["before"], 3),
+                                        "slate_prefix_ratio": round(counts["clpo"] / counts["by_row_prompt"], 3),
+                                        "reference_positions": scored})
         return
     store = PolicyStore(StoreSettings(dtype=args.dtype, micro_batch=MICRO_BATCH, shared_prompts=True))
     store.add_agent("agent", MODEL)
@@ -142,8 +182,10 @@ def main() -> None:
     out = {name: {"median_s": round(statistics.median(t), 2), "all_s": [round(x, 2) for x in t],
                   "positions": counted[name][0], "packed_rows": counted[name][1]} for name, t in times.items()}
     ratio = statistics.median(b / a for a, b in zip(times["before"], times["clpo"]))
-    save("clpo_packing", {"model": MODEL, "dtype": store.dtype, **shapes, "repeats": args.repeats,
+    by_row = statistics.median(b / a for a, b in zip(times["by_row_prompt"], times["clpo"]))
+    save("clpo_packing" + suffix, {"model": MODEL, "dtype": store.dtype, **shapes, "repeats": args.repeats,
         "rows_in_update": int(runs["clpo"].input_ids.shape[0]), "layouts": out, "time_ratio": round(ratio, 3),
+        "slate_prefix_time_ratio": round(by_row, 3),
         "positions_ratio": round(counted["clpo"][0] / counted["before"][0], 3),
         "bf16_native": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()), "machine": machine()})
 

@@ -19,7 +19,9 @@ Eq. 6, ``−Σ_k A_k log π(k | q, C)`` with ``A_k = r(c_k) − r̄`` — in the
   after the row's tokens up to its first decision token (the prompt and the row's rationale ρ_g) — K extra rows
   per row. With ``trainer.shared_prompts`` each slate's candidate rows run the way that runs fewer tokens
   (:func:`candidate_layout`): in the slate's micro-batch, the slate's prompt once for its rows and all their
-  candidate rows, or apart, each row's prompt and rationale once for its K candidates; log π(d_k | …) is the sum
+  candidate rows (also when a chained selection's decision rows carry their rationale before the number:
+  :func:`slate_prefix`), or apart, each row's prompt and rationale once for its K candidates; the reference's
+  scoring pass packs the rows the same way; log π(d_k | …) is the sum
   of d_k's token log-probs. Its logit gradient is −A_k's whatever π is: every candidate is pushed by its own
   advantage;
 * ``sampled``: ``L_choice = 1/|S| Σ_s 1/G_s Σ_g −A_g · Σ_t decision_gt · log π_gt`` (:func:`sampled_choice`), with
@@ -191,21 +193,35 @@ def apart_groups(parents: Sequence[int]) -> list:
     return [("candidates of", int(p)) for p in parents]
 
 
-def candidate_layout(batch: SeqBatch, choices: SeqBatch, slates: Sequence[int],
-                     micro_batch: int) -> tuple[torch.Tensor, torch.Tensor, list]:
+def slate_prefix(batch: SeqBatch, rows: Sequence[int], prompts: torch.Tensor) -> int:
+    """The leading tokens all of ``rows`` have in common, at most the shortest of their prompts (``prompts``: each
+    row's prompt length): a slate's own prompt, also when some of its rows carry more before their scored tokens
+    (a chained selection's decision row: the prompt, its rationale and ``Chosen: Candidate``)."""
+    n = int(min(int(prompts[r]) for r in rows)) if len(rows) else 0
+    ids = batch.input_ids[list(rows), :n]
+    same = (ids == ids[:1]).all(0)
+    return n if bool(same.all()) else int(torch.nonzero(~same)[0])
+
+
+def candidate_layout(batch: SeqBatch, choices: SeqBatch, slates: Sequence[int], micro_batch: int,
+                     share_slate_prefix: bool = True) -> tuple[torch.Tensor, torch.Tensor, list]:
     """How the update runs the candidate rows (``choices``, from :func:`candidate_rows`) of ``batch``'s rows under
     ``trainer.shared_prompts``: per slate (``slates``: each row's), the layout whose packed forwards run fewer token
     positions (:func:`~selfevo.policy.packing.pack_shared_prompts`: padding and its cap included):
 
-    * with the slate: in the slate's micro-batch, sharing the slate's prompt with its rows
+    * with the slate: in the slate's micro-batch, sharing with its rows each row's prompt
       (:data:`~selfevo.policy.packing.SHARED_PREFIX`): the prompt once, each rationale again per candidate;
+    * with the slate, sharing the slate's prefix (:func:`slate_prefix`; ``share_slate_prefix``): the slate's rows
+      and all their candidate rows share the tokens the slate's rows have in common, so rows whose prompts differ
+      after it share it too (a chained selection's rationale rows, its decision rows and their candidates);
     * apart: each row's K candidate rows kept together in micro-batches of ``micro_batch`` rows of their own,
       sharing the row's prompt and rationale: the prompt again per row, cheaper when rationales are long beside it.
 
-    Returns the SHARED_PREFIX of ``batch``'s rows (their prompt) and of the candidate rows, and the candidate rows'
-    groups (the slate's key, or ``("candidates of", parent row)``). A tie keeps them apart."""
-    own = torch.tensor(prompt_length(batch.attention_mask, batch.loss_mask), dtype=torch.float32)
-    prefixes = torch.tensor(prompt_length(choices.attention_mask, choices.loss_mask), dtype=torch.float32)
+    Returns the SHARED_PREFIX of ``batch``'s rows and of the candidate rows, and the candidate rows' groups (the
+    slate's key, or ``("candidates of", parent row)``). A tie keeps them apart, then with each row's prompt."""
+    prompts = torch.tensor(prompt_length(batch.attention_mask, batch.loss_mask), dtype=torch.float32)
+    own, prefixes = prompts.clone(), torch.tensor(prompt_length(choices.attention_mask, choices.loss_mask),
+                                                   dtype=torch.float32)
     parent = [int(p) for p in choices.extras["parent"].tolist()]
     groups = apart_groups(parent)
     bare = SeqBatch(batch.input_ids, batch.attention_mask, batch.loss_mask)
@@ -220,13 +236,20 @@ def candidate_layout(batch: SeqBatch, choices: SeqBatch, slates: Sequence[int],
         mine = [j for j, p in enumerate(parent) if slates[p] == g]
         if not mine:
             continue
-        with_slate = positions(join(bare.rows(rows), bare_choices.rows(mine)),
-                               torch.cat([own[rows], own[[parent[j] for j in mine]]]))
+        together = join(bare.rows(rows), bare_choices.rows(mine))
+        by_row = torch.cat([prompts[rows], prompts[[parent[j] for j in mine]]])
         apart = positions(bare.rows(rows)) + sum(positions(mb) for mb in bare_choices.rows(mine).with_groups(
             [parent[j] for j in mine]).micro_batches(micro_batch))
-        if with_slate < apart:
-            for j in mine:
-                prefixes[j], groups[j] = own[parent[j]], g
+        best, shared = apart, None
+        if (n := positions(together, by_row)) < best:
+            best, shared = n, by_row
+        common = slate_prefix(bare, rows, prompts) if share_slate_prefix else 0
+        if 0 < common < int(by_row.max()) and (n := positions(together, torch.full_like(by_row, common))) < best:
+            best, shared = n, torch.full_like(by_row, common)
+        if shared is not None:
+            own[rows] = shared[:len(rows)]
+            for j, value in zip(mine, shared[len(rows):].tolist()):
+                prefixes[j], groups[j] = value, g
     return own, prefixes, groups
 
 
@@ -288,8 +311,10 @@ def clpo(cfg: TrainerCfg, clpo: ClpoCfg | None = None) -> Optimizer:
                 choices = choices.with_extras(**{SHARED_PREFIX: prefixes}).with_groups(groups)
             else:
                 choices = choices.with_groups(apart_groups(choices.extras["parent"].tolist()))
-        if cfg.kl_coef:
-            extras["ref"] = score(store, store.reference_of(agent), batch, store.agent_backbone[agent])
+        if cfg.kl_coef:  # the reference scores the rows packed as the update runs them
+            shared = {SHARED_PREFIX: extras[SHARED_PREFIX]} if SHARED_PREFIX in extras else {}
+            extras["ref"] = score(store, store.reference_of(agent), batch.with_extras(**shared),
+                                  store.agent_backbone[agent])
         batch = SeqBatch(batch.input_ids, batch.attention_mask, batch.loss_mask,
                          {k: v for k, v in batch.extras.items() if k not in CHOICE_EXTRAS}, batch.groups)
         batch = batch.with_extras(**extras).with_groups(gid)

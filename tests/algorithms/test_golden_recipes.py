@@ -106,6 +106,10 @@ def test_one_maestro_step_is_pinned(tmp_path):
     # the step's trained token positions, rows x width, 14,969 -> 9,977) and share a LoRA dropout mask, so the
     # adapters moved;
     # without dropout the step is the same packed or not (test below); episodes unchanged
+    # regenerated when a chained slate's rows began to share the slate's prompt (clpo.slate_prefix: the decision
+    # rows carry their rationale before the number), in the update and the reference's pass: the step's token
+    # positions (rows x width, all agents) train 8,029 -> 5,555, score 9,643 -> 6,504; shared LoRA dropout masks
+    # moved the adapters; episodes and every other metric unchanged
     run = tmp_path / "run"
     assert _maestro_step(tmp_path, run) == 0
     got = _record(run)

@@ -1,5 +1,6 @@
-"""benchmarks/clpo_packing.py: the timed path (both layouts updated on a real model, interleaved after a warm-up pair)
-writes what the count-only path counts, on a clock the test moves."""
+"""benchmarks/clpo_packing.py: the timed path (the layouts updated on a real model, interleaved after a warm-up round)
+writes what the count-only path counts, on a clock the test moves; a chained selection's slate runs fewer positions
+by its shared prompt."""
 import json
 import sys
 import types
@@ -15,8 +16,9 @@ SHAPES = ["--slates", "2", "--rows", "2", "--prompt", "12", "--rationale", "4", 
 
 @pytest.mark.slow  # a benchmark script's test, four updates of tiny-random: not needed for a quick check
 def test_timed_layouts_write_medians_and_the_counted_positions(monkeypatch, tmp_path):
-    """Each update takes 1 s more than the one before on the test's clock: the warm-up pair 1 and 2 s, then before
-    3 and 5 s, clpo 4 and 6 s: medians 4 and 5, ratios 4/3 and 6/5 (median of two: their mean)."""
+    """Each update takes 1 s more than the one before on the test's clock: the warm-up triple 1, 2 and 3 s, then
+    before 4 and 7 s, by_row_prompt 5 and 8 s, clpo 6 and 9 s: medians 5.5 and 7.5, ratios to before 6/4 and 9/7,
+    to by_row_prompt 6/5 and 9/8 (median of two: their mean)."""
     clock = [0.0]
     ticks = iter(range(1, 100))
 
@@ -40,9 +42,29 @@ def test_timed_layouts_write_medians_and_the_counted_positions(monkeypatch, tmp_
     monkeypatch.setattr(sys, "argv", ["clpo_packing.py", *SHAPES, "--repeats", "2", "--dtype", "float32"])
     cp.main()
     out = json.loads((tmp_path / "clpo_packing.json").read_text())
-    assert out["layouts"]["before"]["all_s"] == [3.0, 5.0] and out["layouts"]["clpo"]["all_s"] == [4.0, 6.0]
-    assert out["layouts"]["before"]["median_s"] == 4.0 and out["layouts"]["clpo"]["median_s"] == 5.0
-    assert out["time_ratio"] == round((4 / 3 + 6 / 5) / 2, 3)
-    for name in ("before", "clpo"):  # the timed path counts what the count-only path counts
+    assert out["layouts"]["before"]["all_s"] == [4.0, 7.0] and out["layouts"]["clpo"]["all_s"] == [6.0, 9.0]
+    assert out["layouts"]["before"]["median_s"] == 5.5 and out["layouts"]["clpo"]["median_s"] == 7.5
+    assert out["time_ratio"] == round((6 / 4 + 9 / 7) / 2, 3)
+    assert out["slate_prefix_time_ratio"] == round((6 / 5 + 9 / 8) / 2, 3)
+    for name in ("before", "by_row_prompt", "clpo"):  # the timed path counts what the count-only path counts
         assert out["layouts"][name]["positions"] == counted["positions"][name]
     assert out["positions_ratio"] == counted["positions_ratio"] and out["dtype"] == "float32"
+
+
+def test_a_chained_slate_counts_fewer_positions_by_its_shared_prompt(monkeypatch, tmp_path):
+    """The chained selection's rows (each sample a rationale row and a decision row with the rationale given), a
+    prompt long beside the rationales: by the slate's prompt fewer token positions than by each row's prompt, in
+    the update and the reference's pass (with a short prompt the optimizer keeps the rows' own prompts); in
+    the single-stage selection every row of a slate has the slate's prompt, so the two layouts are one."""
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["clpo_packing.py", *SHAPES, "--prompt", "60", "--candidates", "3", "--count-only",
+                                      "--chained"])
+    cp.main()
+    chained = json.loads((tmp_path / "clpo_packing_positions_chained.json").read_text())
+    assert chained["positions"]["clpo"] < chained["positions"]["by_row_prompt"] < chained["positions"]["before"]
+    assert chained["reference_positions"]["clpo"] < chained["reference_positions"]["by_row_prompt"]
+    assert chained["rows_in_update"] == 2 * 2 * 2 + 2 * 2 * 3  # two rows a sample, three candidate rows a decision
+    monkeypatch.setattr(sys, "argv", ["clpo_packing.py", *SHAPES, "--count-only"])
+    cp.main()
+    single = json.loads((tmp_path / "clpo_packing_positions.json").read_text())
+    assert single["positions"]["clpo"] == single["positions"]["by_row_prompt"] and single["slate_prefix_ratio"] == 1.0

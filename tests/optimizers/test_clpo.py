@@ -349,3 +349,81 @@ def test_clpo_packs_a_slate_with_its_candidate_rows_the_cheaper_way(make_store, 
         assert micro[1] == [1, 1]  # one micro-batch and one packed row per slate: its prompt once
     else:
         assert (prefixes[4:] > prompt_len).all() and groups[4:] == [("candidates of", 2)] * 4
+
+
+def chained_samples(store):
+    """A chained selection's rows (``protocol.central_chain``), two slates of two samples: each sample a rationale
+    row (the slate's prompt, then its rationale; L_rank) and a decision row (the prompt, the rationale and
+    ``Chosen: Candidate`` given, then the number; L_choice over every candidate's number), rationale rows first."""
+    tok = store.backbones["tiny-random"].tokenizer
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    slates = [(LONG_CONTEXT + "Slate one?", [(" cand 1 adds up.", "1", 1.0), (" cand 2 is off.", "2", 0.0)],
+               [1.0, 0.0]),
+              (LONG_CONTEXT + "Slate two?", [(" cand 1 looks fine.", "1", 0.0), (" maybe the third", "3", 1.0)],
+               [0.0, 0.0, 1.0])]
+    prompts, comps, dec, rat, rewards, groups, shown = [], [], [], [], [], [], []
+    for s, (prompt, samples, cand_rewards) in enumerate(slates):
+        p = ids(prompt)
+        for rationale, _, reward in samples:
+            prompts.append(p)
+            comps.append(ids(rationale))
+            rat.append([1.0] * len(comps[-1]))
+            dec.append([0.0] * len(comps[-1]))
+            rewards.append(reward)
+            groups.append(s)
+            shown.append([])
+        for rationale, pick, reward in samples:
+            prompts.append(p + ids(rationale) + ids(" Chosen: Candidate"))
+            comps.append(ids(pick))
+            rat.append([0.0] * len(comps[-1]))
+            dec.append([1.0] * len(comps[-1]))
+            rewards.append(reward)
+            groups.append(s)
+            shown.append(cand_rewards)
+    batch = SeqBatch.build(prompts, comps, tok.pad_token_id)
+
+    def grid(values):
+        out = torch.zeros_like(batch.loss_mask)
+        for i, (p, v) in enumerate(zip(prompts, values)):
+            out[i, len(p):len(p) + len(v)] = torch.tensor(v)
+        return out
+
+    n, k = len(prompts), 3
+    choices, mask, reward = torch.zeros(n, k, 1, dtype=torch.long), torch.zeros(n, k, 1), torch.zeros(n, k, 1)
+    for i, r in enumerate(shown):
+        for j, value in enumerate(r):
+            choices[i, j, 0], mask[i, j, 0], reward[i, j, 0] = ids(str(j + 1))[0], 1.0, value
+    means = [sum(r) / len(r) for r in (slates[g][2] for g in groups)]
+    batch = batch.with_extras(decision=grid(dec), rationale=grid(rat), slate_mean=torch.tensor(means),
+                              choices=choices, choice_mask=mask, choice_reward=reward)
+    return Samples(batch, torch.tensor(rewards), groups)
+
+
+@pytest.mark.slow  # three listwise updates on the tiny model
+def test_clpo_packs_a_chained_slate_by_its_shared_prompt(make_store):
+    """A chained selection's decision rows carry their rationale before their scored number, so by each row's
+    prompt a slate runs as one packed row per decision row plus one for its rationale rows. By the slate's common
+    prefix (its prompt) the slate's rows and all their candidate rows run as one packed row, in the update and in
+    the reference's scoring pass: fewer positions, the same terms, loss and gradient norm as unpacked."""
+    stats, train, score = [], [], []
+    for shared in (False, True):
+        torch.manual_seed(0)
+        store = make_store(agents=("central",), micro_batch=4, shared_prompts=shared)
+        samples = chained_samples(store)
+        stats.append(OPTIMIZERS.get("clpo")(TrainerCfg(kl_coef=0.1), ClpoCfg(lambda_ent=0.01))(
+            store, "central", samples))
+        train.append(store.shapes.counts["train"])
+        score.append(store.shapes.counts["score"])
+    for key in ("loss", "grad_norm", "choice", "rank", "kl", "entropy"):
+        assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-4, abs=1e-6), key
+    assert stats[1]["choice_rows"] == stats[0]["choice_rows"] == 2 * 2 + 2 * 3
+    assert sorted(k[0] for k, (n, _) in train[1].items() for _ in range(n)) == [1, 1]  # a packed row per slate
+    assert sorted(k[0] for k, (n, _) in score[1].items() for _ in range(n)) == [1, 1]
+    b = samples.batch
+    slates = [0, 0, 0, 0, 1, 1, 1, 1]
+    prompt_len = len(store.tokenizer("central")(LONG_CONTEXT + "Slate one?", add_special_tokens=False)["input_ids"])
+    own, prefixes, groups = candidate_layout(b, candidate_rows(b, slates), slates, micro_batch=4)
+    assert (own[:4] == prompt_len).all() and (prefixes[:4] == prompt_len).all() and groups[:4] == [0] * 4
+    own, prefixes, groups = candidate_layout(b, candidate_rows(b, slates), slates, micro_batch=4,
+                                             share_slate_prefix=False)
+    assert (own[2:4] > prompt_len).all() and (prefixes[:4] > prompt_len).all()  # each decision row's own prompt
