@@ -523,6 +523,21 @@ def test_the_results_doc_and_the_readme_quote_the_effect_table():
         assert cell.replace("-", "−") + f", {len(got[name]['seeds'])} seeds" in readme, name
 
 
+def test_the_results_doc_and_the_readme_quote_the_maestro_selectors_table():
+    """The effect table's `maestro` row and README's MAESTRO cell are maestro_selectors' `clpo` row, paired with
+    its untrained central agent (before → after, paired interval, interval over seeds, seeds)."""
+    got = json.loads((ROOT / "benchmarks" / "results" / "sweeps" / "maestro_selectors" / "table.json").read_text())
+    r, base = got["rows"]["clpo"], got["rows"]["prompt_only"]
+    row = re.search(r"^\| `maestro` \| (.*) \|$", (ROOT / "docs" / "results.md").read_text(), re.M)
+    _, seeds, moved, paired, spread, _ = [c.replace("**", "").strip() for c in row.group(1).split(" | ")]
+    p, o = r["paired"], r["over_seeds"]
+    assert seeds == str(len(r["seeds"])) and moved == f"{base['accuracy']:.3f} → {r['accuracy']:.3f}"
+    assert paired == f"{_points(p['diff'])} [{_points(p['low'])}, {_points(p['high'])}]"
+    assert spread == ("–" if o["low"] is None else f"[{_points(o['low'])}, {_points(o['high'])}]")
+    cell = f"[{100 * p['diff']:+.1f} [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}]](docs/results.md)"
+    assert cell.replace("-", "−") + f", {len(r['seeds'])} seeds" in (ROOT / "README.md").read_text()
+
+
 def test_convert_effect_writes_the_committed_folders(tmp_path):
     """benchmarks/sweeps/convert_effect.py, run again, gives the committed folders file for file, byte for byte;
     no run state (config.yaml, checkpoint, adapters) among them."""
