@@ -37,7 +37,7 @@ from benchmarks.common import machine, save
 from selfevo.optimizers.objectives import count_tokens, token_mean
 from selfevo.policy import PolicyStore, SeqBatch, StoreSettings
 from selfevo.optimizers.clpo import apart_groups, candidate_layout, join
-from selfevo.policy.packing import SHARED_PREFIX, pack_shared_prompts
+from selfevo.policy.packing import SHARED_PREFIX
 
 MODEL = "smollm2-135m-instruct"
 MICRO_BATCH = 4  # trainer.micro_batch of the maestro recipe
@@ -95,28 +95,25 @@ def layouts(sampled: SeqBatch, choices: SeqBatch, slate_of: list[int]) -> dict[s
     return out
 
 
-def score_positions(batch: SeqBatch) -> int:
+def score_positions(store: PolicyStore, batch: SeqBatch) -> int:
     """The token positions of the reference's scoring pass over the sampled rows (``optimizers.base.score``:
     consecutive runs of ``MICRO_BATCH`` rows, each packed by the rows' shared prefix)."""
-    rows = [i for i, f in enumerate(batch.extras["sampled"].tolist()) if f]
-    sampled = batch.rows(rows)
-    total = 0
-    for s in range(0, len(rows), MICRO_BATCH):
-        mb = sampled.rows(list(range(s, min(s + MICRO_BATCH, len(rows)))))
-        packed = pack_shared_prompts(mb.input_ids, mb.attention_mask, mb.loss_mask,
-                                     shared=mb.extras.get(SHARED_PREFIX))
-        total += (packed.input_ids if packed is not None else mb.input_ids).numel()
-    return total
+    sampled = batch.rows([i for i, f in enumerate(batch.extras["sampled"].tolist()) if f])
+    n = sampled.input_ids.shape[0]
+    return sum(run_positions(store, sampled.rows(list(range(s, min(s + MICRO_BATCH, n)))))
+               for s in range(0, n, MICRO_BATCH))
 
 
 def counted_positions(store: PolicyStore, batch: SeqBatch) -> int:
     """The token positions (packed rows x padded width) the store's forwards would run over ``batch``, counted from
     its micro-batches and their packing without running the model."""
-    total = 0
-    for mb in store.micro_batches(batch):
-        packed = store._packed(mb)
-        total += (packed.input_ids if packed is not None else mb.input_ids).numel()
-    return total
+    return sum(run_positions(store, mb) for mb in store.micro_batches(batch))
+
+
+def run_positions(store: PolicyStore, mb: SeqBatch) -> int:
+    """The token positions one forward of ``mb`` runs: packed rows x width where the store packs it."""
+    packed = store._packed(mb)
+    return (packed.input_ids if packed is not None else mb.input_ids).numel()
 
 
 def update(store: PolicyStore, batch: SeqBatch) -> float:
@@ -161,7 +158,7 @@ def main() -> None:
         store = PolicyStore(StoreSettings(micro_batch=MICRO_BATCH, shared_prompts=True))  # no model loaded
         unpacked = sum(mb.input_ids.numel() for mb in store.micro_batches(runs["before"]))
         counts = {name: counted_positions(store, batch) for name, batch in runs.items()}
-        scored = {name: score_positions(batch) for name, batch in runs.items()}
+        scored = {name: score_positions(store, batch) for name, batch in runs.items()}
         save("clpo_packing_positions" + suffix, {**shapes, "rows_in_update": int(runs["clpo"].input_ids.shape[0]),
                                         "positions": {"unpacked": unpacked, **counts},
                                         "positions_ratio": round(counts["clpo"] / counts["before"], 3),

@@ -197,7 +197,7 @@ def slate_prefix(batch: SeqBatch, rows: Sequence[int], prompts: torch.Tensor) ->
     """The leading tokens all of ``rows`` have in common, at most the shortest of their prompts (``prompts``: each
     row's prompt length): a slate's own prompt, also when some of its rows carry more before their scored tokens
     (a chained selection's decision row: the prompt, its rationale and ``Chosen: Candidate``)."""
-    n = int(min(int(prompts[r]) for r in rows)) if len(rows) else 0
+    n = int(prompts[list(rows)].min()) if len(rows) else 0
     ids = batch.input_ids[list(rows), :n]
     same = (ids == ids[:1]).all(0)
     return n if bool(same.all()) else int(torch.nonzero(~same)[0])

@@ -176,6 +176,14 @@ def decision_text(k, answer):
     return f"\nChosen: {k}\nFinal: \\boxed{{{answer}}}"
 
 
+def completion_grid(batch, prompts, values):
+    """[B, T] zeros with each row's ``values`` placed on its completion tokens (after its prompt)."""
+    out = torch.zeros_like(batch.loss_mask)
+    for i, (p, v) in enumerate(zip(prompts, values)):
+        out[i, len(p):len(p) + len(v)] = torch.tensor(v)
+    return out
+
+
 def clpo_samples(store, context: str = "", reasoning: str = ""):
     """ROWS as the central agent's samples; ``context`` goes before each slate's prompt, ``reasoning`` after each
     rationale (longer prompts, longer rationales)."""
@@ -190,12 +198,6 @@ def clpo_samples(store, context: str = "", reasoning: str = ""):
         dec.append([0.0] * len(r) + [1.0] * len(d))
     batch = SeqBatch.build(prompts, comps, tok.pad_token_id)
 
-    def grid(values):
-        out = torch.zeros_like(batch.loss_mask)
-        for i, (p, v) in enumerate(zip(prompts, values)):
-            out[i, len(p):len(p) + len(v)] = torch.tensor(v)
-        return out
-
     cands = [[ids(decision_text(k, a)) for k, (a, _) in enumerate(SLATES[row[0]], 1)] for row in ROWS]
     width = max(len(c) for row in cands for c in row)
     choices, mask = torch.zeros(4, 4, width, dtype=torch.long), torch.zeros(4, 4, width)
@@ -204,7 +206,9 @@ def clpo_samples(store, context: str = "", reasoning: str = ""):
         for k, c in enumerate(row):
             choices[i, k, :len(c)], mask[i, k, :len(c)] = torch.tensor(c), 1.0
             reward[i, k, 0] = SLATES[ROWS[i][0]][k][1]
-    batch = batch.with_extras(decision=grid(dec), rationale=grid(rat), slate_mean=torch.tensor([0.5, 0.5, 0.25, 0.25]),
+    batch = batch.with_extras(decision=completion_grid(batch, prompts, dec),
+                              rationale=completion_grid(batch, prompts, rat),
+                              slate_mean=torch.tensor([0.5, 0.5, 0.25, 0.25]),
                               choices=choices, choice_mask=mask, choice_reward=reward)
     return Samples(batch, torch.tensor([r[3] for r in ROWS]), ["s1", "s1", "s2", "s2"])
 
@@ -382,19 +386,14 @@ def chained_samples(store):
             shown.append(cand_rewards)
     batch = SeqBatch.build(prompts, comps, tok.pad_token_id)
 
-    def grid(values):
-        out = torch.zeros_like(batch.loss_mask)
-        for i, (p, v) in enumerate(zip(prompts, values)):
-            out[i, len(p):len(p) + len(v)] = torch.tensor(v)
-        return out
-
     n, k = len(prompts), 3
     choices, mask, reward = torch.zeros(n, k, 1, dtype=torch.long), torch.zeros(n, k, 1), torch.zeros(n, k, 1)
     for i, r in enumerate(shown):
         for j, value in enumerate(r):
             choices[i, j, 0], mask[i, j, 0], reward[i, j, 0] = ids(str(j + 1))[0], 1.0, value
     means = [sum(r) / len(r) for r in (slates[g][2] for g in groups)]
-    batch = batch.with_extras(decision=grid(dec), rationale=grid(rat), slate_mean=torch.tensor(means),
+    batch = batch.with_extras(decision=completion_grid(batch, prompts, dec),
+                              rationale=completion_grid(batch, prompts, rat), slate_mean=torch.tensor(means),
                               choices=choices, choice_mask=mask, choice_reward=reward)
     return Samples(batch, torch.tensor(rewards), groups)
 
