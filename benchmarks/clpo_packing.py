@@ -3,7 +3,7 @@ MAESTRO-shaped slates, in three layouts of the same rows: ``before`` (a slate's 
 prompt, each row's K candidate rows in micro-batches of their own sharing that row's prompt and rationale),
 ``by_row_prompt`` (per slate, its candidate rows in the slate's micro-batch sharing each row's prompt, or apart,
 whichever runs fewer token positions) and ``clpo`` (as ``optimizers/clpo.py`` runs them: also the slate's common
-prefix, ``optimizers/clpo.py::slate_prefix``, shared by all its rows and candidate rows where that runs fewer).
+prefix, ``policy/packing.py::common_prefix``, shared by all its rows and candidate rows where that runs fewer).
 
     .venv/bin/python -m benchmarks.clpo_packing [--slates 8] [--rows 8] [--prompt 650] [--rationale 42]
                                                 [--decision 2] [--candidates 2] [--chained] [--lead 6]
@@ -21,8 +21,11 @@ forwards run: packed rows × padded width, summed over micro-batches; exact), ``
 / before, the median of the rounds' ratios), ``slate_prefix_time_ratio`` (clpo / by_row_prompt) and
 ``positions_ratio``. Writes results/clpo_packing[_chained].json. Time it on a quiet machine only.
 ``--count-only`` loads no model and times nothing: the token positions of ``unpacked`` and each layout, and of the
-reference's scoring pass over the sampled rows (``reference_positions``; the KL's, ``optimizers.base.score``)
-(exact, any machine), in results/clpo_packing_positions[_chained].json.
+reference's scoring pass over the sampled rows (``reference_positions``; the KL's, ``optimizers.base.score``),
+and of one pass over the sampled rows alone as the other selectors' optimizers (GRPO, SFT) run them, a slate kept
+in one micro-batch (``selector_positions``: ``by_row_prompt``, or ``by_slate_prefix`` as ``Samples.from_turns``
+packs them, ``policy/packing.py::group_prefixes``) (exact, any machine), in
+results/clpo_packing_positions[_chained].json.
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ from benchmarks.common import machine, save
 from selfevo.optimizers.objectives import count_tokens, token_mean
 from selfevo.policy import PolicyStore, SeqBatch, StoreSettings
 from selfevo.optimizers.clpo import apart_groups, candidate_layout, join
-from selfevo.policy.packing import SHARED_PREFIX
+from selfevo.policy.packing import SHARED_PREFIX, group_prefixes
 
 MODEL = "smollm2-135m-instruct"
 MICRO_BATCH = 4  # trainer.micro_batch of the maestro recipe
@@ -159,11 +162,15 @@ def main() -> None:
         unpacked = sum(mb.input_ids.numel() for mb in store.micro_batches(runs["before"]))
         counts = {name: counted_positions(store, batch) for name, batch in runs.items()}
         scored = {name: score_positions(store, batch) for name, batch in runs.items()}
+        slates = sampled.with_groups(slate_of)
+        shared = group_prefixes(slates.input_ids, slates.attention_mask, slates.loss_mask, slate_of)
+        selector = {"by_row_prompt": counted_positions(store, slates), "by_slate_prefix": counted_positions(
+            store, slates if shared is None else slates.with_extras(**{SHARED_PREFIX: shared}))}
         save("clpo_packing_positions" + suffix, {**shapes, "rows_in_update": int(runs["clpo"].input_ids.shape[0]),
                                         "positions": {"unpacked": unpacked, **counts},
                                         "positions_ratio": round(counts["clpo"] / counts["before"], 3),
                                         "slate_prefix_ratio": round(counts["clpo"] / counts["by_row_prompt"], 3),
-                                        "reference_positions": scored})
+                                        "reference_positions": scored, "selector_positions": selector})
         return
     store = PolicyStore(StoreSettings(dtype=args.dtype, micro_batch=MICRO_BATCH, shared_prompts=True))
     store.add_agent("agent", MODEL)

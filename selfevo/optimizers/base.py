@@ -28,6 +28,7 @@ from selfevo.optimizers.objectives import (aggregate_loss, count_tokens, kl_esti
 from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import PolicyStore, SeqBatch
 from selfevo.policy.batch import TEMPERATURE
+from selfevo.policy.packing import SHARED_PREFIX, group_prefixes
 from selfevo.registry import Registry
 
 WHITEN_EPS = 1e-8  # ε of every advantage normalisation ``(x - mean) / (std + ε)``
@@ -42,8 +43,9 @@ def on_policy(cfg: TrainerCfg) -> bool:
 class UpdateSpec:
     """How one update turns each agent's rewarded turns into training rows: ``group_by`` (a normalisation group
     per turn, e.g. its label; None: the optimizer's own grouping, e.g. GRPO's rows of one prompt), ``keep_together``
-    (rows with one key share a micro-batch: a slate), ``include`` (which rewarded turns train; None: all) and
-    ``extras`` (per-row values for ``batch.extras``, :meth:`Samples.from_turns`)."""
+    (rows with one key share a micro-batch, and the tokens they all begin with where that runs fewer positions: a
+    slate, whose chained decision rows carry their rationale after the slate's prompt), ``include`` (which rewarded
+    turns train; None: all) and ``extras`` (per-row values for ``batch.extras``, :meth:`Samples.from_turns`)."""
 
     group_by: Callable[[Turn], Hashable] | None = None
     keep_together: Callable[[Turn], Hashable] | None = None
@@ -66,7 +68,9 @@ class Samples:
     @classmethod
     def from_turns(cls, turns: Sequence[Turn], pad_id: int, spec: UpdateSpec = UpdateSpec()) -> "Samples":
         """Rows from rewarded turns (prompt + completion ids); the spec's ``group_by`` gives normalisation groups and
-        ``keep_together`` the keys of rows that must share a micro-batch. ``extras(turn)`` gives per-row values for
+        ``keep_together`` the keys of rows that must share a micro-batch (and, packed, the tokens they all have in
+        common: :func:`~selfevo.policy.packing.group_prefixes`, the extra
+        :data:`~selfevo.policy.packing.SHARED_PREFIX`). ``extras(turn)`` gives per-row values for
         ``batch.extras``: a number (→ a [B] tensor), one value per completion token (→ [B, T], 0 off the
         completion; e.g. a selector's decision and rationale masks) or a tensor (→ [B, ...], zero-padded to the
         largest; e.g. a selector's candidate decisions, [K, L] token ids). Each row's sampling temperature (a role's
@@ -78,6 +82,9 @@ class Samples:
                                                                 for t in turns])})
         if spec.keep_together is not None:
             batch = batch.with_groups([spec.keep_together(t) for t in turns])
+            shared = group_prefixes(batch.input_ids, batch.attention_mask, batch.loss_mask, batch.groups)
+            if shared is not None:
+                batch = batch.with_extras(**{SHARED_PREFIX: shared})
         if spec.extras is not None:
             batch = batch.with_extras(**_row_extras(turns, [spec.extras(t) for t in turns], batch.loss_mask.shape))
         rewards = torch.tensor([float(t.reward) for t in turns])

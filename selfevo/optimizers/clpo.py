@@ -20,9 +20,9 @@ Eq. 6, ``−Σ_k A_k log π(k | q, C)`` with ``A_k = r(c_k) − r̄`` — in the
   per row. With ``trainer.shared_prompts`` each slate's candidate rows run the way that runs fewer tokens
   (:func:`candidate_layout`): in the slate's micro-batch, the slate's prompt once for its rows and all their
   candidate rows (also when a chained selection's decision rows carry their rationale before the number:
-  :func:`slate_prefix`), or apart, each row's prompt and rationale once for its K candidates; the reference's
-  scoring pass packs the rows the same way; log π(d_k | …) is the sum
-  of d_k's token log-probs. Its logit gradient is −A_k's whatever π is: every candidate is pushed by its own
+  :func:`~selfevo.policy.packing.common_prefix`), or apart, each row's prompt and rationale once for its K
+  candidates; the reference's scoring pass packs the rows the same way; log π(d_k | …) is the sum of d_k's token
+  log-probs. Its logit gradient is −A_k's whatever π is: every candidate is pushed by its own
   advantage;
 * ``sampled``: ``L_choice = 1/|S| Σ_s 1/G_s Σ_g −A_g · Σ_t decision_gt · log π_gt`` (:func:`sampled_choice`), with
   ``A_g = r_g − r̄`` (``r_g``: the row's reward, the reward of the candidate it endorses): each row's own decision
@@ -59,7 +59,7 @@ from selfevo.optimizers.objectives import (choice_loss, clpo_loss, count_tokens,
                                            listmle_loss, slate_advantages, token_mean)
 from selfevo.optimizers.trainer import TrainerCfg
 from selfevo.policy import PolicyStore, SeqBatch
-from selfevo.policy.packing import SHARED_PREFIX, pack_shared_prompts, prompt_length
+from selfevo.policy.packing import SHARED_PREFIX, common_prefix, packed_positions, prompt_length
 
 
 TERMS = ("choice", "rank", "kl", "entropy")
@@ -193,16 +193,6 @@ def apart_groups(parents: Sequence[int]) -> list:
     return [("candidates of", int(p)) for p in parents]
 
 
-def slate_prefix(batch: SeqBatch, rows: Sequence[int], prompts: torch.Tensor) -> int:
-    """The leading tokens all of ``rows`` have in common, at most the shortest of their prompts (``prompts``: each
-    row's prompt length): a slate's own prompt, also when some of its rows carry more before their scored tokens
-    (a chained selection's decision row: the prompt, its rationale and ``Chosen: Candidate``)."""
-    n = int(prompts[list(rows)].min()) if len(rows) else 0
-    ids = batch.input_ids[list(rows), :n]
-    same = (ids == ids[:1]).all(0)
-    return n if bool(same.all()) else int(torch.nonzero(~same)[0])
-
-
 def candidate_layout(batch: SeqBatch, choices: SeqBatch, slates: Sequence[int], micro_batch: int,
                      share_slate_prefix: bool = True) -> tuple[torch.Tensor, torch.Tensor, list]:
     """How the update runs the candidate rows (``choices``, from :func:`candidate_rows`) of ``batch``'s rows under
@@ -211,9 +201,10 @@ def candidate_layout(batch: SeqBatch, choices: SeqBatch, slates: Sequence[int], 
 
     * with the slate: in the slate's micro-batch, sharing with its rows each row's prompt
       (:data:`~selfevo.policy.packing.SHARED_PREFIX`): the prompt once, each rationale again per candidate;
-    * with the slate, sharing the slate's prefix (:func:`slate_prefix`; ``share_slate_prefix``): the slate's rows
-      and all their candidate rows share the tokens the slate's rows have in common, so rows whose prompts differ
-      after it share it too (a chained selection's rationale rows, its decision rows and their candidates);
+    * with the slate, sharing the slate's prefix (:func:`~selfevo.policy.packing.common_prefix`;
+      ``share_slate_prefix``): the slate's rows and all their candidate rows share the tokens the slate's rows
+      have in common, so rows whose prompts differ after it share it too (a chained selection's rationale rows,
+      its decision rows and their candidates);
     * apart: each row's K candidate rows kept together in micro-batches of ``micro_batch`` rows of their own,
       sharing the row's prompt and rationale: the prompt again per row, cheaper when rationales are long beside it.
 
@@ -228,8 +219,7 @@ def candidate_layout(batch: SeqBatch, choices: SeqBatch, slates: Sequence[int], 
     bare_choices = SeqBatch(choices.input_ids, choices.attention_mask, choices.loss_mask)
 
     def positions(rows: SeqBatch, shared: torch.Tensor | None = None) -> int:
-        packed = pack_shared_prompts(rows.input_ids, rows.attention_mask, rows.loss_mask, shared=shared)
-        return (packed.input_ids if packed is not None else rows.input_ids).numel()
+        return packed_positions(rows.input_ids, rows.attention_mask, rows.loss_mask, shared)
 
     for g in dict.fromkeys(slates):
         rows = [i for i, s in enumerate(slates) if s == g]
@@ -243,7 +233,7 @@ def candidate_layout(batch: SeqBatch, choices: SeqBatch, slates: Sequence[int], 
         best, shared = apart, None
         if (n := positions(together, by_row)) < best:
             best, shared = n, by_row
-        common = slate_prefix(bare, rows, prompts) if share_slate_prefix else 0
+        common = common_prefix(bare.input_ids, rows, prompts.long().tolist()) if share_slate_prefix else 0
         if 0 < common < int(by_row.max()) and (n := positions(together, torch.full_like(by_row, common))) < best:
             best, shared = n, torch.full_like(by_row, common)
         if shared is not None:

@@ -137,3 +137,42 @@ def pack_shared_prompts(input_ids: Tensor, attention_mask: Tensor, loss_mask: Te
             at += own
         segments.append((p, spans))
     return Packed(ids, pos, where, int(sum(lengths)), segments)
+
+
+def common_prefix(input_ids: Tensor, rows: list[int], prompts: list[int]) -> int:
+    """The leading tokens all of ``rows`` have in common, at most the shortest of their prompts (``prompts``: every
+    row's prompt length): a slate's own prompt, also when some of its rows carry more before their scored tokens
+    (a chained selection's decision row: the prompt, its rationale and ``Chosen: Candidate``)."""
+    n = min((prompts[i] for i in rows), default=0)
+    ids = input_ids[rows, :n]
+    same = (ids == ids[:1]).all(0)
+    return n if bool(same.all()) else int(torch.nonzero(~same)[0])
+
+
+def packed_positions(input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor,
+                     shared: Tensor | None = None) -> int:
+    """Token positions (rows × width, padding included) the rows' forward runs, packed by ``shared``
+    (:func:`pack_shared_prompts`) or, where no two rows share, as they are."""
+    packed = pack_shared_prompts(input_ids, attention_mask, loss_mask, shared=shared)
+    return (packed.input_ids if packed is not None else input_ids).numel()
+
+
+def group_prefixes(input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, groups: list) -> Tensor | None:
+    """A batch's :data:`SHARED_PREFIX` when the rows of one group (``groups``: a key per row, e.g. a slate kept in
+    one micro-batch) share the tokens they all have in common (:func:`common_prefix`) rather than each its own
+    prompt: for every group where that runs fewer positions (:func:`packed_positions`), its rows' common prefix;
+    elsewhere each row's prompt. None where no group gains (the default packing is the same)."""
+    prompts = prompt_length(attention_mask, loss_mask)
+    out, gained = torch.tensor(prompts), False
+    members: dict = {}
+    for i, key in enumerate(groups):
+        members.setdefault(key, []).append(i)
+    for rows in members.values():
+        common = common_prefix(input_ids, rows, prompts)
+        if len(rows) < 2 or common == 0 or all(prompts[i] == common for i in rows):
+            continue
+        width = int(attention_mask[rows].sum(-1).max())
+        part = (input_ids[rows, :width], attention_mask[rows, :width], loss_mask[rows, :width])
+        if packed_positions(*part, torch.full((len(rows),), common)) < packed_positions(*part):
+            out[rows], gained = common, True
+    return out if gained else None

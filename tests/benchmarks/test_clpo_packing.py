@@ -64,7 +64,13 @@ def test_a_chained_slate_counts_fewer_positions_by_its_shared_prompt(monkeypatch
     assert chained["positions"]["clpo"] < chained["positions"]["by_row_prompt"] < chained["positions"]["before"]
     assert chained["reference_positions"]["clpo"] < chained["reference_positions"]["by_row_prompt"]
     assert chained["rows_in_update"] == 2 * 2 * 2 + 2 * 2 * 3  # two rows a sample, three candidate rows a decision
+    # GRPO's or SFT's pass over a slate's four rows (one micro-batch): by each row's prompt the rationale rows pack
+    # (60 + 4 + 4) and each decision row (60 + 4 + 6 given, + 2) runs alone: 3 rows of width 72; by the slate's
+    # prompt one row: 60, the rationale rows' 4 + 4, the decision rows' 12 + 12 (rationale, given, number) = 92
+    assert chained["selector_positions"] == {"by_row_prompt": 2 * 3 * 72, "by_slate_prefix": 2 * 92}
     monkeypatch.setattr(sys, "argv", ["clpo_packing.py", *SHAPES, "--count-only"])
     cp.main()
     single = json.loads((tmp_path / "clpo_packing_positions.json").read_text())
     assert single["positions"]["clpo"] == single["positions"]["by_row_prompt"] and single["slate_prefix_ratio"] == 1.0
+    # a slate's rows have one prompt (12): one packed row of 12 + 6 + 6 per slate either way
+    assert single["selector_positions"] == {"by_row_prompt": 2 * 24, "by_slate_prefix": 2 * 24}

@@ -11,6 +11,7 @@ from selfevo.optimizers.clpo import (candidate_rows, choice_advantages, join, li
                                      candidate_layout, slate_steps, slate_terms)
 from selfevo.optimizers.objectives import slate_advantages
 from selfevo.policy import SeqBatch
+from selfevo.policy.packing import SHARED_PREFIX, group_prefixes
 
 
 # ---- CLPO terms, by hand ------------------------------------------------------------------------------------------
@@ -426,3 +427,31 @@ def test_clpo_packs_a_chained_slate_by_its_shared_prompt(make_store):
     own, prefixes, groups = candidate_layout(b, candidate_rows(b, slates), slates, micro_batch=4,
                                              share_slate_prefix=False)
     assert (own[2:4] > prompt_len).all() and (prefixes[:4] > prompt_len).all()  # each decision row's own prompt
+
+
+@pytest.mark.slow  # four updates on the tiny model
+@pytest.mark.parametrize("name", ["grpo", "sft"])
+def test_other_selectors_pack_a_chained_slate_by_its_shared_prompt(make_store, name):
+    """The baselines that train the central agent (GRPO, SFT) on a chained selection's rows: a slate kept in one
+    micro-batch shares the tokens its rows all begin with (``packing.group_prefixes``, as ``Samples.from_turns``
+    sets for ``keep_together`` rows), so each slate runs as one packed row instead of one per decision row plus
+    one for its rationale rows; the loss and gradient norm are those of the unpacked rows."""
+    stats, train = [], []
+    for shared in (False, True):
+        torch.manual_seed(0)
+        store = make_store(agents=("central",), micro_batch=4, shared_prompts=shared)
+        s = chained_samples(store)
+        b = s.batch.with_groups(s.groups)
+        prefixes = group_prefixes(b.input_ids, b.attention_mask, b.loss_mask, b.groups)
+        rows = SeqBatch(b.input_ids, b.attention_mask, b.loss_mask, {SHARED_PREFIX: prefixes}, b.groups)
+        stats.append(OPTIMIZERS.get(name)(TrainerCfg(kl_coef=0.1))(store, "central", Samples(rows, s.rewards,
+                                                                                              s.groups)))
+        train.append(store.shapes.counts["train"])
+    for key in ("loss", "grad_norm"):
+        assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-4, abs=1e-6), key
+    packed = sorted(k[0] for k, (n, _) in train[1].items() for _ in range(n))
+    by_row = sorted(k[0] for k, (n, _) in train[0].items() for _ in range(n))
+    if name == "grpo":
+        assert packed == [1, 1] and by_row == [4, 4]  # a packed row per slate; unpacked, its four rows
+    else:  # SFT trains the rows with reward 1, a rationale row and its decision row per slate: one packed row each
+        assert packed == [2] and by_row == [4]

@@ -13,6 +13,7 @@ from selfevo.optimizers import base
 from selfevo.optimizers.base import gradient_rows, on_policy, score
 from selfevo.optimizers.objectives import kl_estimate, masked_mean, task_relative_advantages
 from selfevo.policy import SeqBatch
+from selfevo.policy.packing import SHARED_PREFIX
 from selfevo.types import Completion, Request, Task
 
 PRIME = "Name a prime number larger than ten."
@@ -363,6 +364,9 @@ def test_samples_from_turns_groups_and_keep_together():
     assert s.batch.loss_mask.tolist() == [[0, 0, 1, 0], [0, 1, 1, 0], [0, 1, 1, 1]]
     plain = Samples.from_turns(turns, pad_id=0)
     assert plain.groups is None and plain.batch.groups is None
+    # rows kept together share the tokens they all begin with (rows 0 and 1: token 1) where that runs fewer
+    # positions (packing.group_prefixes: 5 against 6); row 2 keeps its prompt; without keep_together, no such extra
+    assert s.batch.extras[SHARED_PREFIX].tolist() == [1, 1, 1] and SHARED_PREFIX not in plain.batch.extras
 
 
 def test_train_agents_updates_each_rewarded_agent_only(store):

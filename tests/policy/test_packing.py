@@ -5,7 +5,8 @@ import torch
 
 from helpers.adapters import randomize_adapters
 from selfevo.policy import SeqBatch
-from selfevo.policy.packing import SHARED_PREFIX, pack_shared_prompts, prompt_keys, prompt_length
+from selfevo.policy.packing import (SHARED_PREFIX, common_prefix, group_prefixes, pack_shared_prompts, packed_positions,
+                                    prompt_keys, prompt_length)
 
 
 def _batch(prompts, completions):
@@ -46,6 +47,29 @@ def test_shared_prefix_by_hand():
         (5, 6), (5, 6), (5, 6, 7)]
     with pytest.raises(ValueError, match=f"{SHARED_PREFIX} of row 1 is 5: not within its 4 tokens"):
         pack_shared_prompts(b.input_ids, b.attention_mask, b.loss_mask, shared=torch.tensor([2.0, 5.0, 2.0]))
+
+
+def test_group_prefixes_by_hand():
+    """A chained slate (group 0): two rationale rows (prompt 1 2 3) and two decision rows whose prompts carry more
+    (1 2 3 6 and 1 2 3 8 9). By each row's prompt: the rationale rows pack as 1 2 3 4 5, the decision rows run
+    alone, three rows of width 6 = 18 positions; by the 3 tokens all four begin with, one row 1 2 3 4 5 6 7 8 9
+    10 = 10 positions, so the group shares 3. Group 1's rows have one prompt (nothing to gain), group 2 is one row,
+    group 3's rows begin differently: each keeps its own prompt."""
+    b = _batch([[1, 2, 3], [1, 2, 3], [1, 2, 3, 6], [1, 2, 3, 8, 9], [1, 2], [1, 2], [4], [5, 6], [7, 6]],
+               [[4], [5], [7], [10], [3], [4], [5], [1], [1]])
+    prompts = prompt_length(b.attention_mask, b.loss_mask)
+    assert prompts == [3, 3, 4, 5, 2, 2, 1, 2, 2]
+    assert common_prefix(b.input_ids, [0, 1, 2, 3], prompts) == 3
+    assert common_prefix(b.input_ids, [7, 8], prompts) == 0 and common_prefix(b.input_ids, [], prompts) == 0
+    slate = (b.input_ids[:4, :6], b.attention_mask[:4, :6], b.loss_mask[:4, :6])
+    assert packed_positions(*slate) == 18 and packed_positions(*slate, torch.tensor([3, 3, 3, 3])) == 10
+    got = group_prefixes(b.input_ids, b.attention_mask, b.loss_mask, [0, 0, 0, 0, 1, 1, 2, 3, 3])
+    assert got.tolist() == [3, 3, 3, 3, 2, 2, 1, 2, 2]
+    packed = pack_shared_prompts(b.input_ids, b.attention_mask, b.loss_mask, shared=got)
+    assert packed.input_ids[0].tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    # no group gains: None (the default packing is the same), also for one row and for rows of one prompt
+    assert group_prefixes(b.input_ids, b.attention_mask, b.loss_mask, [0, 1, 2, 3, 4, 4, 5, 6, 6]) is None
+    assert group_prefixes(b.input_ids[:1], b.attention_mask[:1], b.loss_mask[:1], [0]) is None
 
 
 def test_nothing_shared_gives_none():
