@@ -10,7 +10,8 @@ the batch to its place in the packed rows, so log-probs come back in the batch's
 Rows share their prompt by default: the tokens before their first scored one. A batch's extra :data:`SHARED_PREFIX`
 ([B]) sets each row's shared part instead, e.g. shorter than its prompt: CLPO's listwise candidate rows (a row's
 prompt and rationale, then one candidate's decision) share only the slate's prompt, with the slate's own rows, so
-a slate and all its candidate rows run that prompt once.
+a slate and all its candidate rows run that prompt once; rows a recipe keeps together (a slate, whose chained
+decision rows carry their rationale after its prompt) share the tokens they all begin with (:func:`group_prefixes`).
 
 A packed row holds at most ``max_factor`` times the group's longest row (under another attention than selfevo's its
 attention is a full ``L x L`` matmul under the explicit mask; unbounded, a group of 64 rows would be one sequence of
