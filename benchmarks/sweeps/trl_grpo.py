@@ -15,7 +15,8 @@ exactly selfevo's task batches in selfevo's order (``shuffle_dataset=False`` ove
 the same seed). Differences that remain: TRL's group std is the sample std (selfevo: population), and it generates
 with ``model.generate`` (selfevo: its continuous-batching engine).
 
-Writes ``config.yaml`` (the config it read), ``metrics.jsonl`` (per step: ``reward.agent0``, ``train.agent0.kl``,
+Writes ``config.yaml`` (the config it read), ``run.json`` (every launch, as ``selfevo run`` records it: command
+line, time, git commit, packages, machine, the model's dtype), ``metrics.jsonl`` (per step: ``reward.agent0``, ``train.agent0.kl``,
 ``length_by_role.solver``, ``step_s``: the keys the sweep's table and curves read) and, last, the adapter in
 ``adapters/final/agent0``. A Trainer checkpoint is saved after every step in ``trainer/`` (the previous one removed);
 started again, the run continues from the newest (weights, optimizer, RNG: the adapter a straight run gives).
@@ -90,6 +91,7 @@ def train(cfg) -> Path:
     from trl import GRPOTrainer
 
     from selfevo import models
+    from selfevo.loop.rundir import record_launch
     from selfevo.loop import load_entries, task_batch
     from selfevo.tasks import format_prompt
     from selfevo.verifiers import verify
@@ -109,6 +111,7 @@ def train(cfg) -> Path:
 
     args = grpo_config(cfg, out)
     model = models.load_model(cfg.model.backbones[0], dtype=cfg.model.dtype, attn_implementation="sdpa")
+    record_launch(out, dtype=str(model.dtype).removeprefix("torch."))
     checkpoint = last_checkpoint(out / "trainer")
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=models.load_tokenizer(cfg.model.backbones[0]),

@@ -1,5 +1,6 @@
 """benchmarks/sweeps/trl_grpo.py (the effect sweep's trl_grpo row) resumes: a run stopped after one step and started
-again ends with the adapter and step lines of a run that went straight through (tiny random model, 2 steps)."""
+again ends with the adapter and step lines of a run that went straight through (tiny random model, 2 steps), and
+run.json records both launches."""
 import json
 import os
 
@@ -49,6 +50,8 @@ def test_a_stopped_trl_run_continues_where_it_stopped(tmp_path, monkeypatch):
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6)
     assert any(not torch.equal(one_step[k], b[k]) for k in b)  # the second step trained
     assert [d.name for d in (tmp_path / "stopped" / "trainer").glob("checkpoint-*")] == ["checkpoint-2"]
+    launches = json.loads((tmp_path / "stopped" / "run.json").read_text())  # both launches, as selfevo run records
+    assert len(launches) == 2 and {x["dtype"] for x in launches} == {"float32"} and launches[0]["machine"]["cpu"]
 
 
 def test_no_checkpoint_means_a_fresh_start(tmp_path):
