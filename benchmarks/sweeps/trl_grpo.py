@@ -16,10 +16,11 @@ the same seed). Differences that remain: TRL's group std is the sample std (self
 with ``model.generate`` (selfevo: its continuous-batching engine).
 
 Writes ``config.yaml`` (the config it read), ``run.json`` (every launch, as ``selfevo run`` records it: command
-line, time, git commit, packages, machine, the model's dtype), ``metrics.jsonl`` (per step: ``reward.agent0``, ``train.agent0.kl``,
-``length_by_role.solver``, ``step_s``: the keys the sweep's table and curves read) and, last, the adapter in
-``adapters/final/agent0``. A Trainer checkpoint is saved after every step in ``trainer/`` (the previous one removed);
-started again, the run continues from the newest (weights, optimizer, RNG: the adapter a straight run gives).
+line, time, git commit, packages, machine, the model's dtype), ``metrics.jsonl`` (per step: ``reward.agent0``,
+``train.agent0.kl``, ``length_by_role.solver``, ``step_s``: the keys the sweep's table and curves read) and, last,
+the adapter in ``adapters/final/agent0``. A Trainer checkpoint is saved after every step in ``trainer/`` (the
+previous one removed); started again, the run continues from the newest (weights, optimizer, RNG: the adapter a
+straight run gives).
 """
 from __future__ import annotations
 
@@ -91,8 +92,8 @@ def train(cfg) -> Path:
     from trl import GRPOTrainer
 
     from selfevo import models
-    from selfevo.loop.rundir import record_launch
     from selfevo.loop import load_entries, task_batch
+    from selfevo.loop.rundir import record_launch
     from selfevo.tasks import format_prompt
     from selfevo.verifiers import verify
 
