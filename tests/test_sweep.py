@@ -381,6 +381,18 @@ def _carried(folder: Path, correct: list[int], **carried) -> None:
     (folder / "eval" / "summary.json").write_text(json.dumps(record))
 
 
+def test_the_table_gives_a_launch_as_the_command_a_user_types():
+    """run.json keeps argv as launched; the table writes it as a command: the CLI by name, a row's own ``python -m``
+    module by its dotted name (``python -m`` records the module's file), ``resume=true`` dropped."""
+    cli = {"argv": ["/x/.venv/bin/selfevo", "run", "grpo", "seed=1", "resume=true"], "cwd": "/x"}
+    assert table.command_of(cli) == "selfevo run grpo seed=1"
+    module = {"argv": ["/x/benchmarks/sweeps/trl_grpo.py", "--preset", "cpu-learn", "seed=2"], "cwd": "/x"}
+    assert table.command_of(module) == "python -m benchmarks.sweeps.trl_grpo --preset cpu-learn seed=2"
+    elsewhere = {"argv": ["/y/tool.py", "seed=0"], "cwd": "/x"}  # not under the launch's folder: its path
+    assert table.command_of(elsewhere) == "python /y/tool.py seed=0"
+    assert table.command_of({"argv": []}) is None
+
+
 def test_a_carried_over_evaluation_is_in_the_table_but_not_taken_for_the_sweeps_own(tmp_path):
     """Verdicts recorded elsewhere (benchmarks/sweeps/convert_effect.py): the table reads them with the recorded
     answer length, steps and training seconds; running the sweep trains and evaluates the row again."""

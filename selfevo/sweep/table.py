@@ -68,9 +68,25 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         return {}
     lines = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
     launches = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else []
-    argv = launches[0]["argv"][1:] if launches else []
     return {"steps": len(lines), "train_s": round(sum(m.get("step_s") or 0 for m in lines), 1),
-            "command": "selfevo " + " ".join(a for a in argv if a != "resume=true") if argv else None}
+            "command": command_of(launches[0]) if launches else None}
+
+
+def command_of(launch: dict[str, Any]) -> str | None:
+    """A run.json launch as the command a user types: ``selfevo ...`` for the CLI (whatever path it ran from), ``python
+    -m MODULE ...`` for a row's own ``command`` (``python -m`` records the module's file as ``argv[0]``), without
+    ``resume=true``."""
+    argv = [a for a in launch.get("argv") or [] if a != "resume=true"]
+    if not argv:
+        return None
+    head = argv[0]
+    if head.endswith(".py"):
+        path, cwd = Path(head), Path(launch.get("cwd") or "/")
+        path = path.relative_to(cwd) if path.is_absolute() and path.is_relative_to(cwd) else path
+        head = f"python {head}" if path.is_absolute() else "python -m " + ".".join(path.with_suffix("").parts)
+    elif Path(head).name == "selfevo":
+        head = "selfevo"
+    return " ".join([head, *argv[1:]])
 
 
 def read_seed(seed_dir: Path) -> dict[str, Any]:
